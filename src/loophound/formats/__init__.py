@@ -1,0 +1,70 @@
+"""The format registry: every log format loophound reads, registered in this one place.
+
+Adding a format is one new module with a ``FORMAT`` object, and one line in ``_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from .base import Format, FormatContext
+
+_MODULES = ("bproxy", "sven", "labtrust", "hooks", "generic")
+
+
+def _load() -> dict[str, Format]:
+    found: dict[str, Format] = {}
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            continue
+        found[module.FORMAT.name] = module.FORMAT
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].priority, kv[0])))
+
+
+FORMATS: dict[str, Format] = _load()
+
+SNIFF_LINES = 50
+
+
+class UnknownFormat(ValueError):
+    pass
+
+
+def get(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise UnknownFormat(
+            f"unknown format {name!r}; known formats: {', '.join(FORMATS)}"
+        ) from None
+
+
+def sample_records(head: bytes, limit: int = SNIFF_LINES) -> list[dict]:
+    """The first parseable JSON objects of a file: what sniffing looks at."""
+    records = []
+    for raw in head.split(b"\n")[:limit]:
+        try:
+            value = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records
+
+
+def sniff(head: bytes, path: Path) -> Format | None:
+    """The first registered format that recognises the file's first lines, or None."""
+    records = sample_records(head)
+    for fmt in FORMATS.values():
+        if fmt.sniff(records, path):
+            return fmt
+    return None
+
+
+__all__ = ["FORMATS", "Format", "FormatContext", "UnknownFormat", "get", "sniff"]

@@ -1,0 +1,104 @@
+"""What a log format is to loophound: a name, a one-line description, a recogniser and a
+mapping of whole columns onto the canonical event table.
+
+Formats map columns in SQL (DuckDB), not records in Python: the mapper sees a relation
+``raw(line, byte_offset, byte_length, text)`` holding every valid JSON-object line of one file
+and returns a SELECT over it. Per-line Python would make a 235 MB log take minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+
+@dataclass(frozen=True)
+class FormatContext:
+    """What a mapper may know about the file besides its lines."""
+
+    path: Path  # the file on disk
+    display_path: str  # how the user named it; stored in `events.file`
+    input_id: int
+    options: dict[str, Any] = field(default_factory=dict)  # e.g. a mapping file's contents
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    description: str
+    # True when these sample records (the first parsed lines) and path are this format's.
+    sniff: Callable[[list[dict], Path], bool]
+    # SELECT over `raw` producing canonical columns by name, plus `line`, `byte_offset`,
+    # `byte_length` and `text` passed through unchanged (one output row per input row);
+    # absent columns become NULL.
+    select_sql: Callable[[FormatContext], str]
+    # Keys the mapper turns into columns: they are left out of `extra`.
+    mapped_keys: frozenset[str] = frozenset()
+    # Keys documented for the format but kept only in `extra`: not reported as unknown. The
+    # mapper reads them as JSON and builds `extra` with `extra_json` (cheap); only lines with
+    # keys outside both sets pay for the exact, slower merge.
+    known_keys: frozenset[str] = frozenset()
+    # Optional step over the mapped batch (table `batch`), e.g. joining responses to requests.
+    # It may read earlier events of the same file through the view `stored_events`.
+    finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], None] | None = None
+    # Files that sit beside a log and are read with it (LabTrust results.json).
+    companions: Callable[[Path], list[Path]] | None = None
+    # Turns a companion file into canonical rows (list of dicts keyed by column name).
+    read_companion: Callable[[Path, FormatContext], list[dict]] | None = None
+    priority: int = 50  # lower sniffs first; the generic mapping is last
+
+
+def sql_str(value: str) -> str:
+    """Quote a constant that comes from us (not from a log) as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def struct_spec(fields: dict[str, str]) -> str:
+    """from_json structure literal: {"key": "TYPE", ...} as a SQL string."""
+    inner = ", ".join(f'"{k}": "{v}"' for k, v in fields.items())
+    return sql_str("{" + inner + "}")
+
+
+EPOCH_TS_SQL = """CASE
+  WHEN {v} IS NULL THEN NULL
+  WHEN abs({v}) >= 1e17 THEN make_timestamp(CAST({v} / 1000 AS BIGINT))
+  WHEN abs({v}) >= 1e14 THEN make_timestamp(CAST({v} AS BIGINT))
+  WHEN abs({v}) >= 1e11 THEN make_timestamp(CAST({v} * 1000 AS BIGINT))
+  ELSE make_timestamp(CAST({v} * 1000000 AS BIGINT)) END"""
+
+
+def epoch_to_ts(expr: str) -> str:
+    """SQL: a number of seconds, ms, µs or ns since the epoch (told apart by magnitude) → TIMESTAMP."""
+    return "CAST(" + EPOCH_TS_SQL.format(v=f"CAST({expr} AS DOUBLE)") + " AS TIMESTAMP_MS)"
+
+
+def iso_to_ts(expr: str) -> str:
+    """SQL: an ISO-8601 string (any offset, or none meaning UTC) → UTC TIMESTAMP."""
+    return f"CAST(CAST(TRY_CAST({expr} AS TIMESTAMPTZ) AS TIMESTAMP) AS TIMESTAMP_MS)"
+
+
+def any_time_to_ts(json_expr: str) -> str:
+    """SQL: a JSON value that is either an epoch number or an ISO-8601 / numeric string."""
+    return f"""CASE json_type({json_expr})
+      WHEN 'VARCHAR' THEN coalesce({iso_to_ts(f"{json_expr}->>'$'")},
+                                   {epoch_to_ts(f"TRY_CAST({json_expr}->>'$' AS DOUBLE)")})
+      WHEN 'NULL' THEN NULL
+      ELSE {epoch_to_ts(f"TRY_CAST({json_expr}->>'$' AS DOUBLE)")} END"""
+
+
+def extra_json(keys, alias: str = "r") -> str:
+    """SQL: a JSON object of the keys (read as JSON by from_json) that are present."""
+    parts = ", ".join(
+        f"""CASE WHEN {alias}."{k}" IS NOT NULL THEN '"{k}":' || CAST({alias}."{k}" AS VARCHAR) END"""
+        for k in sorted(keys)
+    )
+    return f"nullif('{{' || concat_ws(',', {parts}) || '}}', '{{}}')"
+
+
+def json_fields(keys) -> dict[str, str]:
+    """from_json structure entries reading `keys` as raw JSON."""
+    return {k: "JSON" for k in sorted(keys)}

@@ -1,0 +1,130 @@
+"""bproxy daemon log: pino NDJSON from dimdasci/bproxy (`~/.bproxy/logs/<date>.log`).
+
+`response`, `error_delay` and `timeout` lines carry neither action nor session: they are joined
+to their `received` line by request `id`. The trimmed form of seed 001 has no `id`; there a
+line belongs to the `received` line just before it. Actors are `pid:ownerHash`, because the
+owner hash is salted afresh at every daemon restart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from .base import Format, FormatContext, epoch_to_ts, extra_json, json_fields, sql_str, struct_spec
+
+FIELDS = {
+    "time": "DOUBLE", "pid": "BIGINT", "id": "VARCHAR", "action": "VARCHAR",
+    "session": "VARCHAR", "event": "VARCHAR", "ownerHash": "VARCHAR", "ok": "BOOLEAN",
+    "elapsed_ms": "DOUBLE", "error_code": "VARCHAR", "ws_client": "VARCHAR",
+}
+KNOWN = {"level", "hostname", "destructive", "delay_ms", "tab", "mode", "reason", "err", "msg"}
+EVENTS = {
+    "received": "request", "response": "response", "pacing_wait": "lifecycle",
+    "forwarded": "lifecycle", "replay": "lifecycle", "timeout": "lifecycle",
+    "error_delay": "lifecycle", "ws_connect": "connection", "ws_disconnect": "connection",
+    "ws_bad_message": "connection", "pacing_config": "config",
+}
+# Lines that belong to one request: they take its action, session and actor.
+REQUEST_LINES = ("response", "lifecycle")
+
+
+def sniff(records: list[dict], path: Path) -> bool:
+    hits = sum(1 for r in records if r.get("event") in EVENTS and "time" in r)
+    return hits > 0 and hits >= len(records) // 2
+
+
+def select_sql(ctx: FormatContext) -> str:
+    kind_cases = " ".join(f"WHEN {sql_str(k)} THEN {sql_str(v)}" for k, v in EVENTS.items())
+    return f"""
+    SELECT line, byte_offset, byte_length, text,
+      {epoch_to_ts("r.time")} AS ts,
+      CASE r.event {kind_cases} ELSE 'record' END AS kind,
+      r.event AS event_type,
+      CASE WHEN r.event LIKE 'ws_%' THEN r.ws_client
+           WHEN r.ownerHash IS NOT NULL THEN coalesce(CAST(r.pid AS VARCHAR), '?') || ':' || r.ownerHash
+      END AS actor,
+      'bproxy' AS target,
+      r.session, r.action, r.ok, r.error_code AS error, r.id AS corr_id,
+      r.elapsed_ms AS latency_ms,
+      CASE WHEN r.event LIKE 'ws_%' THEN 'ws' ELSE 'http' END AS channel,
+      {extra_json(KNOWN)} AS extra
+    FROM (SELECT *, from_json(text, {struct_spec(FIELDS | json_fields(KNOWN))}) AS r FROM raw)
+    """
+
+
+def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
+    """Give every line of a request the request's action, session and actor, and the request
+    line its outcome, so `WHERE error = ...` finds requests without a join."""
+    _correlate_idless(con, ctx)
+    con.execute("""
+      CREATE OR REPLACE TEMP TABLE _req AS
+        SELECT corr_id, any_value(action) AS action, any_value(session) AS session,
+               any_value(actor) AS actor
+        FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
+              UNION ALL
+              SELECT corr_id, action, session, actor FROM stored_events
+              WHERE kind = 'request' AND corr_id IN
+                    (SELECT corr_id FROM batch WHERE kind IN ('response', 'lifecycle')
+                     EXCEPT SELECT corr_id FROM batch WHERE kind = 'request'))
+        WHERE corr_id IS NOT NULL GROUP BY corr_id;
+      CREATE OR REPLACE TEMP TABLE _resp AS
+        SELECT corr_id, any_value(ok) AS ok, any_value(error) AS error,
+               any_value(latency_ms) AS latency_ms
+        FROM batch WHERE kind = 'response' AND corr_id IS NOT NULL GROUP BY corr_id;
+      CREATE OR REPLACE TEMP TABLE batch AS
+        SELECT b.* REPLACE (
+          CASE WHEN b.kind IN ('response', 'lifecycle') THEN coalesce(b.action, q.action)
+               ELSE b.action END AS action,
+          CASE WHEN b.kind IN ('response', 'lifecycle') THEN coalesce(b.session, q.session)
+               ELSE b.session END AS session,
+          CASE WHEN b.kind IN ('response', 'lifecycle') THEN coalesce(b.actor, q.actor)
+               ELSE b.actor END AS actor,
+          CASE WHEN b.kind = 'request' THEN coalesce(b.ok, s.ok) ELSE b.ok END AS ok,
+          CASE WHEN b.kind = 'request' THEN coalesce(b.error, s.error) ELSE b.error END AS error,
+          CASE WHEN b.kind = 'request' THEN coalesce(b.latency_ms, s.latency_ms)
+               ELSE b.latency_ms END AS latency_ms)
+        FROM batch b
+        LEFT JOIN _req q ON b.corr_id = q.corr_id
+        LEFT JOIN _resp s ON b.corr_id = s.corr_id;
+      DROP TABLE _req; DROP TABLE _resp;
+    """)
+
+
+def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
+    """Trimmed logs have no request id: a line belongs to the `received` line before it."""
+    idless = con.execute(
+        "SELECT count(*) FROM batch WHERE corr_id IS NULL AND kind IN ('request', 'response', "
+        "'lifecycle')"
+    ).fetchone()[0]
+    if not idless:
+        return
+    before = con.execute(
+        "SELECT max(line) FROM stored_events WHERE kind = 'request'"
+    ).fetchone()[0]
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE batch AS
+        SELECT * REPLACE (CASE
+          WHEN corr_id IS NOT NULL OR kind NOT IN ('request', 'response', 'lifecycle')
+          THEN corr_id
+          ELSE 'L' || CAST(coalesce(max(CASE WHEN kind = 'request' THEN line END)
+                        OVER (ORDER BY line ROWS UNBOUNDED PRECEDING), ?) AS VARCHAR)
+          END AS corr_id)
+        FROM batch
+        """,
+        [before],
+    )
+
+
+FORMAT = Format(
+    name="bproxy",
+    description="bproxy browser-proxy daemon log (pino NDJSON); responses joined to requests",
+    sniff=sniff,
+    select_sql=select_sql,
+    mapped_keys=frozenset(FIELDS),
+    known_keys=frozenset(KNOWN),
+    finish=finish,
+    priority=10,
+)

@@ -1,0 +1,592 @@
+"""Files → canonical events in the store.
+
+Each file is read once, front to back: bytes already in the store are only hashed (to prove
+the file is the one read before), new bytes are split into lines, mapped in SQL by the file's
+format, and committed as one Parquet batch. Every line ends up as an event or a quarantine
+row; every file gets a SHA-256, a size and a line count.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import hashlib
+import json
+import os
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from . import formats
+from .formats.base import Format, FormatContext
+from .lines import (
+    MAX_LINE_BYTES,
+    LineBatch,
+    ReadState,
+    Rejected,
+    complete_partial,
+    compression_of,
+    open_binary,
+    read_lines,
+)
+from .schema import COLUMNS, QUARANTINE_COLUMNS
+from .store import Store, create_batch_table
+
+HEAD_LEN = 4096
+LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json"}
+
+
+class IngestError(Exception):
+    """A problem with what the user asked for (a missing path, an unknown format)."""
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str | None = None
+    status: str = "new"  # new, appended, unchanged, renamed, replaced, skipped
+    events: int = 0
+    quarantined: Counter = field(default_factory=Counter)
+    new_bytes: int = 0
+    lines: int = 0
+    sha256: str | None = None
+    pending: Rejected | None = None
+    warnings: list[str] = field(default_factory=list)
+    skipped_reason: str | None = None
+
+
+@dataclass
+class IngestReport:
+    files: list[FileReport] = field(default_factory=list)
+
+    @property
+    def events(self) -> int:
+        return sum(f.events for f in self.files)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(sum(f.quarantined.values()) for f in self.files)
+
+
+@dataclass
+class IngestOptions:
+    format: str | None = None
+    mapping: dict | None = None  # contents of a --mapping TOML file
+    max_line_bytes: int = MAX_LINE_BYTES
+    wait: bool = True
+
+
+# -- finding the files ----------------------------------------------------------------------
+
+
+def _is_log_name(p: Path) -> bool:
+    name = p.name.lower()
+    for suffix in (".gz", ".zst", ".bz2"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    stem_suffixes = Path(name).suffixes
+    # rotated copies keep their base suffix before a number: app.log.1, app.log.2.gz
+    return any(s in LOG_SUFFIXES for s in stem_suffixes) and not name.endswith("results.json") \
+        and not name.endswith("expected.json")
+
+
+def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
+    """Expand files, directories (recursively) and globs into (path, display name) pairs.
+
+    Returns the files and the (name, reason) of what was passed over, so nothing is silent.
+    """
+    found: list[tuple[Path, str]] = []
+    passed_over: list[tuple[str, str]] = []
+    for raw in paths:
+        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        if not matches:
+            raise IngestError(f"{raw}: no such file or directory (and no file matches it)")
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                for f in sorted(p.rglob("*")):
+                    if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
+                        continue
+                    if _is_log_name(f):
+                        found.append((f, os.path.normpath(str(f))))
+                    elif not f.name.lower().endswith("results.json"):
+                        passed_over.append((os.path.normpath(str(f)), "not a log file name "
+                                            "(.jsonl, .ndjson, .log, .json, maybe compressed)"))
+            elif p.is_file():
+                found.append((p, os.path.normpath(m)))
+            elif not p.exists():
+                raise IngestError(f"{m}: no such file or directory")
+    seen: set[Path] = set()
+    unique = []
+    for p, shown in found:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append((p, shown))
+    return unique, passed_over
+
+
+# -- the catalog's memory of a file ---------------------------------------------------------
+
+
+@dataclass
+class Known:
+    input_id: int
+    path: str
+    sha256: str
+    bytes: int
+    lines: int
+    head_sha256: str
+    head_len: int
+    ended_without_newline: bool
+    format: str
+
+
+def _known_inputs(store: Store) -> list[Known]:
+    with store.catalog_connection(read_only=True) as con:
+        rows = con.execute(
+            "SELECT input_id, path, sha256, bytes, lines, head_sha256, head_len, "
+            "coalesce(ended_without_newline, false), format FROM inputs ORDER BY input_id"
+        ).fetchall()
+    return [Known(*r) for r in rows]
+
+
+def _read_head(path: Path, n: int = 65536) -> bytes:
+    with open_binary(path) as s:
+        out = b""
+        while len(out) < n:
+            chunk = s.read(n - len(out))
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def _match(head: bytes, path: Path, known: list[Known]) -> Known | None:
+    """The stored input this file continues: same first bytes, same path preferred."""
+    resolved = str(path.resolve())
+    candidates = [
+        k for k in known
+        if len(head) >= k.head_len and hashlib.sha256(head[: k.head_len]).hexdigest() == k.head_sha256
+    ]
+    candidates.sort(key=lambda k: (k.path != resolved, -k.bytes))
+    return candidates[0] if candidates else None
+
+
+# -- ingest -----------------------------------------------------------------------------------
+
+
+def ingest(
+    paths: Iterable[str],
+    store: Store,
+    options: IngestOptions | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    on_wait: Callable[[], None] | None = None,
+) -> IngestReport:
+    """Read `paths` into `store`: new files whole, known files from where they stopped."""
+    options = options or IngestOptions()
+    forced = formats.get(options.format) if options.format else None
+    files, passed_over = discover(paths)
+    report = IngestReport()
+    for name, reason in passed_over:
+        report.files.append(FileReport(name, status="skipped", skipped_reason=reason))
+    total = sum(p.stat().st_size for p, _ in files)
+    done = 0
+    with store.writing(wait=options.wait, on_wait=on_wait):
+        for path, shown in files:
+            size = path.stat().st_size
+
+            def progress(n: int, base=done) -> None:
+                if on_progress:
+                    on_progress(base + n, total)
+
+            report.files.append(_ingest_file(path, shown, store, forced, options, progress))
+            done += size
+            if on_progress:
+                on_progress(done, total)
+    return report
+
+
+def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
+                 options: IngestOptions, progress) -> FileReport:
+    rep = FileReport(shown)
+    try:
+        head = _read_head(path)
+    except (OSError, EOFError, ValueError) as exc:
+        rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
+        return rep
+    fmt = forced or formats.sniff(head, path)
+    if fmt is None:
+        rep.status = "skipped"
+        rep.skipped_reason = ("not recognised: its first lines are not JSON objects of any known "
+                              "format; name one with --format, or describe it with --mapping")
+        return rep
+    rep.format = fmt.name
+    known = _match(head, path, _known_inputs(store))
+    try:
+        _read_into_store(path, shown, store, fmt, known, options, rep, progress)
+    except (OSError, EOFError) as exc:
+        rep.warnings.append(f"stopped reading: {exc} (a damaged or truncated compressed file?); "
+                            "what was read before is kept")
+    return rep
+
+
+class _Hasher:
+    """SHA-256 of the bytes on disk, plus a checkpoint at the stored watermark."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.seen = 0
+
+    def update(self, data: bytes) -> None:
+        self.h.update(data)
+        self.seen += len(data)
+
+
+def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: Known | None,
+                     options: IngestOptions, rep: FileReport, progress) -> None:
+    compressed = compression_of(path) is not None
+    with open_binary(path) as stream:
+        hasher = _Hasher()
+        state = ReadState()
+        if known is not None:
+            if not _skip_verified(stream, hasher, known):
+                known = None
+                rep.warnings.append("the file starts like one read before but differs within "
+                                    "the part already read: read as a new file")
+                stream.close()
+                stream = open_binary(path)
+                hasher = _Hasher()
+            else:
+                state = ReadState(next_line=known.lines + 1, next_offset=known.bytes)
+        input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
+        ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
+                            options={"mapping": options.mapping} if options.mapping else {})
+        con = duckdb.connect()
+        con.execute("SET TimeZone = 'UTC'")
+        create_batch_table(con)
+        _stored_events_view(con, store, input_id)
+        rejected: list[Rejected] = []
+        first_offset = state.next_offset
+        skip_newline = known is not None and known.ended_without_newline
+        range_hash = hashlib.sha256()
+
+        def on_bytes(chunk: bytes) -> None:
+            hasher.update(chunk)
+            if first_offset:
+                range_hash.update(chunk)
+            progress(hasher.seen)
+
+        if skip_newline:
+            # the line read last had no newline then; if its newline came since, skip it
+            first = stream.read(1)
+            if first == b"\n":
+                on_bytes(first)
+                state.next_offset += 1
+            elif first:
+                stream = _Prepend(first, stream)
+        mapper = _Mapper(con, fmt, ctx)
+        for batch in _read_ahead(read_lines(stream, state, max_line_bytes=options.max_line_bytes,
+                                            on_bytes=on_bytes)):
+            rejected.extend(batch.rejected)
+            mapper.map(batch)
+        ended_without_newline = False
+        if state.partial is not None and state.tail and _is_json_object(state.tail):
+            batch = complete_partial(state.tail, state)
+            rejected.extend(batch.rejected)
+            mapper.map(batch)
+            state.next_line += 1
+            state.next_offset += len(state.tail)
+            state.partial, state.tail = None, b""
+            ended_without_newline = True
+        if fmt.finish:
+            fmt.finish(con, ctx)
+        events = con.execute("SELECT count(*) FROM batch").fetchone()[0]
+        rep.events, rep.new_bytes = events, state.next_offset - first_offset
+        rep.quarantined = Counter(r.reason for r in rejected)
+        rep.lines = state.next_line - 1
+        rep.pending = state.partial
+        rep.warnings += _warnings(con) + mapper.warnings()
+        # bytes of an unterminated tail are hashed by now but not read: the watermark excludes
+        # them, so hash only what was consumed for the input's own SHA-256.
+        digest = _digest_upto(path, hasher, state.next_offset, compressed)
+        rep.sha256 = digest
+        if known is None:
+            rep.status = "new"
+        elif events == 0 and not rejected:
+            rep.status = "unchanged"
+        else:
+            rep.status = "appended"
+        if known is not None and known.path != str(path.resolve()):
+            rep.status = "renamed" if rep.status == "unchanged" else rep.status
+        _commit(store, con, path, shown, fmt, known, input_id, state, rejected, digest,
+                head_bytes=_head_of(path), ended_without_newline=ended_without_newline,
+                first_offset=first_offset, range_sha=range_hash.hexdigest() if first_offset else digest,
+                compressed=compressed)
+        con.close()
+
+
+class _Prepend:
+    def __init__(self, first: bytes, stream):
+        self.first, self.stream = first, stream
+
+    def read(self, n: int = -1) -> bytes:
+        if self.first:
+            out, self.first = self.first + self.stream.read(n - 1 if n > 0 else -1), b""
+            return out
+        return self.stream.read(n)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _skip_verified(stream, hasher: _Hasher, known: Known) -> bool:
+    """Hash the first `known.bytes` bytes and compare them with what was stored."""
+    remaining = known.bytes
+    while remaining:
+        chunk = stream.read(min(remaining, 8 * 1024 * 1024))
+        if not chunk:
+            return False
+        hasher.update(chunk)
+        remaining -= len(chunk)
+    return hasher.h.hexdigest() == known.sha256
+
+
+def _digest_upto(path: Path, hasher: _Hasher, upto: int, compressed: bool) -> str:
+    """SHA-256 of the first `upto` (decompressed) bytes: the bytes the store accounts for."""
+    if hasher.seen == upto:
+        return hasher.h.hexdigest()
+    h = hashlib.sha256()
+    with open_binary(path) as s:
+        left = upto
+        while left:
+            chunk = s.read(min(left, 8 * 1024 * 1024))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def _head_of(path: Path) -> bytes:
+    return _read_head(path, HEAD_LEN)
+
+
+def _is_json_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def _stored_events_view(con: duckdb.DuckDBPyConnection, store: Store, input_id: int) -> None:
+    """Earlier events of this input, for formats that join across appended batches."""
+    files = store.committed_files()["events"]
+    lo, hi = input_id << 32, (input_id + 1) << 32
+    if files:
+        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW stored_events AS SELECT * FROM "
+                    f"read_parquet([{listed}]) WHERE event_id >= {lo} AND event_id < {hi}")
+    else:
+        con.execute("CREATE OR REPLACE TEMP VIEW stored_events AS SELECT * FROM batch WHERE false")
+
+
+def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBatch]:
+    """Split the next chunk on a second thread while DuckDB maps this one (numpy, hashlib and
+    file reads release the GIL), so reading costs little on top of parsing."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for b in batches:
+                q.put(b)
+        except BaseException as exc:  # handed to the consumer, raised there
+            failure.append(exc)
+        finally:
+            q.put(done)
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    while (item := q.get()) is not done:
+        yield item
+    t.join()
+    if failure:
+        raise failure[0]
+
+
+SAMPLE_HEAD, SAMPLE_EVERY = 10_000, 97
+
+
+class _Mapper:
+    """Maps line batches of one file into the temp table `batch` with the format's SQL."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext):
+        self.con, self.fmt, self.ctx = con, fmt, ctx
+        self.unknown: Counter = Counter()
+        self.expected = fmt.mapped_keys | fmt.known_keys
+        self._sql: dict[bool, str] = {}
+
+    def map(self, batch: LineBatch) -> list[Rejected]:
+        con = self.con
+        if batch.table.num_rows == 0:
+            return []
+        con.register("raw_all", batch.table)
+        bad = con.execute(
+            "SELECT line, byte_offset, byte_length, text FROM raw_all WHERE NOT json_valid(text)"
+        ).fetchall()
+        for line, off, length, text in bad:
+            batch.rejected.append(Rejected(line, off, length, "invalid_json", _json_error(text),
+                                           text[:200].rstrip("\r\n")))
+        view = "SELECT * FROM raw_all" + (" WHERE json_valid(text)" if bad else "")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW raw AS {view}")
+        exact = self._has_unknown_keys()
+        con.execute(self._insert_sql(exact), {"file": self.ctx.display_path})
+        con.unregister("raw_all")
+        return batch.rejected
+
+    def _has_unknown_keys(self) -> bool:
+        """Look for keys the format does not know in a sample of lines (the head of the file
+        and every 97th line); where the sample finds some, the whole batch is read exactly."""
+        expected = sorted(self.expected)
+        sample = self.con.execute(
+            "SELECT k, count(*) FROM (SELECT unnest(json_keys(text)) AS k FROM raw "
+            "WHERE line <= ? OR line % ? = 0) WHERE NOT list_contains(?, k) GROUP BY k",
+            [SAMPLE_HEAD, SAMPLE_EVERY, expected],
+        ).fetchall()
+        if not sample:
+            return False
+        exact = self.con.execute(
+            "SELECT k, count(*) FROM (SELECT unnest(json_keys(text)) AS k FROM raw) "
+            "WHERE NOT list_contains(?, k) GROUP BY k", [expected],
+        ).fetchall()
+        self.unknown.update(dict(exact))
+        return True
+
+    def warnings(self) -> list[str]:
+        if not self.unknown:
+            return []
+        keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(self.unknown.items())[:10])
+        more = "" if len(self.unknown) <= 10 else f" and {len(self.unknown) - 10} more"
+        return [f"fields the {self.fmt.name} format does not know: {keys}{more}; "
+                "kept in the `extra` column"]
+
+    def _insert_sql(self, exact: bool) -> str:
+        if exact not in self._sql:
+            self._sql[exact] = _insert_sql(self.con, self.fmt, self.ctx, exact)
+        return self._sql[exact]
+
+
+def _json_error(text: str) -> str:
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        return f"malformed JSON: {exc}"
+    return "malformed JSON"
+
+
+def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
+                exact_extra: bool) -> str:
+    """INSERT mapping `raw` into `batch`: the format's columns, NULL for the rest.
+
+    With `exact_extra`, `extra` is every key the mapper did not turn into a column (a JSON
+    merge per line: slower, used only where unknown keys were seen)."""
+    select = fmt.select_sql(ctx)
+    provided = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
+    nulls = "{" + ", ".join(f'"{k}": null' for k in sorted(fmt.mapped_keys)) + "}"
+    exprs = []
+    for c in COLUMNS:
+        if c.name == "event_id":
+            exprs.append(f"CAST({ctx.input_id} AS BIGINT) * 4294967296 + m.line")
+        elif c.name == "file":
+            exprs.append("$file")
+        elif c.name == "format":
+            exprs.append("'" + fmt.name + "'")
+        elif c.name == "extra" and (exact_extra or "extra" not in provided):
+            exprs.append(f"nullif(CAST(json_merge_patch(m.text, '{nulls}') AS VARCHAR), '{{}}')")
+        elif c.name in provided:
+            exprs.append(f"CAST(m.{c.name} AS {c.sql_type})")
+        else:
+            exprs.append(f"CAST(NULL AS {c.sql_type})")
+    cols = ", ".join(f"{e} AS {c.name}" for e, c in zip(exprs, COLUMNS, strict=True))
+    return f"INSERT INTO batch SELECT {cols} FROM ({select}) m"
+
+
+def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
+    out = []
+    missing_ts = con.execute("SELECT count(*) FROM batch WHERE ts IS NULL").fetchone()[0]
+    if missing_ts:
+        out.append(f"{missing_ts:,} events have no readable timestamp: kept, but left out of "
+                   "rate and timing analysis")
+    back = con.execute("""SELECT count(*), max(prev - ts) FROM (
+        SELECT ts, lag(ts) OVER (ORDER BY line) AS prev FROM batch) WHERE ts < prev""").fetchone()
+    if back[0]:
+        out.append(f"{back[0]:,} events are earlier than the line before them (largest step "
+                   f"back {back[1]}): the views sort by time where order matters")
+    return out
+
+
+def _next_id(store: Store, table: str, column: str) -> int:
+    with store.catalog_connection(read_only=True) as con:
+        return con.execute(f"SELECT coalesce(max({column}), 0) + 1 FROM {table}").fetchone()[0]
+
+
+def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str, fmt: Format,
+            known: Known | None, input_id: int, state: ReadState, rejected: list[Rejected],
+            digest: str, head_bytes: bytes, ended_without_newline: bool, first_offset: int,
+            range_sha: str, compressed: bool) -> None:
+    """Write the batch's Parquet files, then make them visible in one catalog transaction."""
+    batch_id = _next_id(store, "batches", "batch_id")
+    events = con.execute("SELECT count(*) FROM batch").fetchone()[0]
+    ev_rel = qu_rel = None
+    if events:
+        ev_rel = f"events/{input_id:05d}-{batch_id:07d}.parquet"
+        target = str(store.root / ev_rel).replace("'", "''")
+        con.execute(f"COPY (SELECT * FROM batch ORDER BY line) TO '{target}' "
+                    "(FORMAT parquet, COMPRESSION zstd)")
+    if rejected:
+        qu_rel = f"quarantine/{input_id:05d}-{batch_id:07d}.parquet"
+        table = pa.table({
+            c.name: pa.array([_qvalue(r, c.name, shown) for r in rejected])
+            for c in QUARANTINE_COLUMNS
+        })
+        con.register("_q", table)
+        target = str(store.root / qu_rel).replace("'", "''")
+        cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
+        con.execute(f"COPY (SELECT {cast} FROM _q ORDER BY line) TO '{target}' (FORMAT parquet)")
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    head_len = min(HEAD_LEN, len(head_bytes))
+    pending = state.partial
+    with store.catalog_connection() as cat:
+        cat.execute("BEGIN")
+        cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
+        cat.execute(
+            "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [input_id, str(path.resolve()), shown, fmt.name, compression_of(path), digest,
+             state.next_offset, state.next_line - 1,
+             hashlib.sha256(head_bytes[:head_len]).hexdigest(), head_len,
+             pending.byte_offset if pending else None, pending.byte_length if pending else 0,
+             pending.preview if pending else None, ended_without_newline, now, now],
+        )
+        if ev_rel or qu_rel:
+            cat.execute(
+                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [batch_id, input_id, ev_rel, qu_rel, first_offset, state.next_offset,
+                 0, state.next_line, events, len(rejected), range_sha, now],
+            )
+        cat.execute("COMMIT")
+
+
+def _qvalue(r: Rejected, name: str, shown: str):
+    if name == "file":
+        return shown
+    if name == "line":
+        return r.line
+    return getattr(r, name)

@@ -1,0 +1,72 @@
+"""The canonical event table: the one shape every format is mapped to.
+
+Detectors, queries and the report read only these columns (through the store's views), so
+a new log format is useful the moment its module maps onto them. The README documents each
+column; ``COLUMNS`` is the single source of that documentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql_type: str
+    doc: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("event_id", "BIGINT", "unique id: input number × 2^32 + line number"),
+    Column("ts", "TIMESTAMP", "event time, UTC, millisecond precision (NULL when the line has none)"),
+    Column("file", "VARCHAR", "the input file as it was named on the command line"),
+    Column("line", "BIGINT", "1-based line number in the (decompressed) file"),
+    Column("byte_offset", "BIGINT", "offset of the line's first byte in the (decompressed) file"),
+    Column("byte_length", "INTEGER", "bytes the raw line occupies, newline included"),
+    Column("format", "VARCHAR", "format module that read the line (`loophound formats`)"),
+    Column("kind", "VARCHAR", "request, response, lifecycle, connection, config, message, "
+           "room_post, trigger, session_start, session_end, step, llm_call, repair_attempt, "
+           "audit, record"),
+    Column("event_type", "VARCHAR", "the format's own name for the line (`received`, "
+           "`hook_fired`, `LLM_COORD_PROPOSAL`, ...)"),
+    Column("actor", "VARCHAR", "who acted: sender, caller, agent (bproxy: `pid:ownerHash`)"),
+    Column("target", "VARCHAR", "who or what was acted on: receiver, triggered agent, peer"),
+    Column("session", "VARCHAR", "session or conversation the event belongs to"),
+    Column("channel", "VARCHAR", "transport or room: `peer`, `room:<name>`, `hook`, `episode`"),
+    Column("action", "VARCHAR", "what was asked for (`scroll`, `MOVE`, `post_completion`)"),
+    Column("ok", "BOOLEAN", "outcome when the line states one (NULL when unknown)"),
+    Column("error", "VARCHAR", "error or blocked-reason code (`SESSION_NOT_FOUND`, ...)"),
+    Column("depth", "INTEGER", "hop, delegation or hook depth carried by the message"),
+    Column("role", "VARCHAR", "message role (`user`, `assistant`) or agent role"),
+    Column("corr_id", "VARCHAR", "correlation id tying lines of one exchange together "
+           "(bproxy request id; `L<line>` for id-less trimmed logs)"),
+    Column("parent_id", "VARCHAR", "causal parent (hook parent completion, proposal id)"),
+    Column("tokens_in", "BIGINT", "LLM input tokens"),
+    Column("tokens_out", "BIGINT", "LLM output tokens"),
+    Column("cost_usd", "DOUBLE", "cost stated by the log itself (never estimated at ingest)"),
+    Column("latency_ms", "DOUBLE", "elapsed or latency in milliseconds"),
+    Column("model", "VARCHAR", "LLM model id that served the call"),
+    Column("extra", "VARCHAR", "JSON object of the fields no column above holds"),
+)
+
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+
+QUARANTINE_COLUMNS: tuple[Column, ...] = (
+    Column("file", "VARCHAR", "input file"),
+    Column("line", "BIGINT", "1-based line number"),
+    Column("byte_offset", "BIGINT", "offset of the line's first byte"),
+    Column("byte_length", "BIGINT", "bytes the line occupies, newline included"),
+    Column("reason", "VARCHAR", "why it is not an event: invalid_utf8, invalid_json, "
+           "not_an_object, line_too_long, truncated_last_line, binary"),
+    Column("detail", "VARCHAR", "human-readable detail"),
+    Column("preview", "VARCHAR", "the first 200 bytes, undecodable bytes escaped"),
+)
+
+# Simulated clocks (LabTrust `t_s`) are placed on this epoch so they sort and plot as times.
+SIM_EPOCH = "2000-01-01 00:00:00"
+
+
+def create_table_sql(name: str, columns: tuple[Column, ...] = COLUMNS) -> str:
+    body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
+    return f"CREATE TABLE {name} (\n  {body}\n)"

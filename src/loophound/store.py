@@ -1,0 +1,273 @@
+"""The evidence store: Parquet files for events and quarantine, a small DuckDB catalog that
+says which Parquet files are committed, and the documented views everything else reads.
+
+Why a catalog of files rather than a glob: a Parquet file becomes visible only when the
+transaction that lists it commits, so a scan killed at any moment leaves either the old store
+or the new one, never half of a batch. Heavy work happens outside the catalog connection, so
+the catalog is locked for writing only for the instant of a commit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from .schema import COLUMNS, QUARANTINE_COLUMNS, create_table_sql
+
+DEFAULT_STORE = ".loophound"
+CATALOG = "catalog.duckdb"
+
+CATALOG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS inputs (
+  input_id INTEGER PRIMARY KEY,
+  path VARCHAR,             -- where the file was last seen (absolute)
+  display_path VARCHAR,     -- as the user named it
+  format VARCHAR,
+  compression VARCHAR,
+  sha256 VARCHAR,           -- SHA-256 of the bytes read so far (the file on disk when complete)
+  bytes BIGINT,             -- bytes read so far (decompressed)
+  lines BIGINT,             -- complete lines read so far
+  head_sha256 VARCHAR,      -- SHA-256 of the first head_len bytes: recognises renamed files
+  head_len INTEGER,
+  pending_offset BIGINT,    -- an unterminated last line waiting for its newline
+  pending_length BIGINT,
+  pending_preview VARCHAR,
+  ended_without_newline BOOLEAN,
+  first_seen TIMESTAMP,
+  last_read TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS batches (
+  batch_id INTEGER PRIMARY KEY,
+  input_id INTEGER,
+  events_file VARCHAR,      -- relative to the store
+  quarantine_file VARCHAR,
+  first_offset BIGINT,
+  end_offset BIGINT,
+  first_line BIGINT,
+  end_line BIGINT,
+  events BIGINT,
+  quarantined BIGINT,
+  sha256 VARCHAR,           -- SHA-256 of this batch's bytes [first_offset, end_offset)
+  committed TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS findings_runs (
+  run_id INTEGER PRIMARY KEY,
+  started TIMESTAMP,
+  findings_file VARCHAR,
+  finding_events_file VARCHAR,
+  json VARCHAR
+);
+"""
+
+
+class StoreBusy(RuntimeError):
+    pass
+
+
+class StoreMissing(FileNotFoundError):
+    pass
+
+
+class Store:
+    """A store folder. Read views with `connect()`; change it only inside `writing()`."""
+
+    def __init__(self, root: str | os.PathLike = DEFAULT_STORE):
+        self.root = Path(root)
+
+    @property
+    def catalog(self) -> Path:
+        return self.root / CATALOG
+
+    @property
+    def is_bare(self) -> bool:
+        """A directory of Parquet files copied without the catalog (shared for analysis)."""
+        return not self.catalog.exists() and any(self.root.glob("events/*.parquet"))
+
+    def exists(self) -> bool:
+        return self.catalog.exists() or self.is_bare
+
+    # -- writing -----------------------------------------------------------------------
+
+    @contextmanager
+    def writing(self, wait: bool = True, on_wait=None) -> Iterator[None]:
+        """Hold the store's write lock: one writer at a time, across processes."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "events").mkdir(exist_ok=True)
+        (self.root / "quarantine").mkdir(exist_ok=True)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    raise StoreBusy(
+                        f"another loophound process is writing to {self.root}; "
+                        "try again when it ends, or drop --no-wait to queue behind it"
+                    ) from None
+                if on_wait:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            with self.catalog_connection() as con:
+                con.execute(CATALOG_SCHEMA)
+            self._remove_orphans()
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @contextmanager
+    def catalog_connection(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Open the catalog, retrying briefly while another process has it open."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                con = duckdb.connect(str(self.catalog), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise StoreBusy(f"cannot open {self.catalog}: {exc}") from exc
+                time.sleep(0.05)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def _remove_orphans(self) -> None:
+        """Parquet files a killed run wrote but never committed are invisible: delete them."""
+        with self.catalog_connection(read_only=True) as con:
+            listed = {r[0] for r in con.execute(
+                "SELECT events_file FROM batches UNION SELECT quarantine_file FROM batches "
+                "UNION SELECT findings_file FROM findings_runs "
+                "UNION SELECT finding_events_file FROM findings_runs"
+            ).fetchall() if r[0]}
+        for sub in ("events", "quarantine", "findings"):
+            for f in (self.root / sub).glob("*.parquet*"):
+                if f"{sub}/{f.name}" not in listed:
+                    f.unlink()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with the store's views defined over it."""
+        if not self.exists():
+            raise StoreMissing(
+                f"no loophound store at {self.root}: run `loophound ingest PATH --store "
+                f"{self.root}` first"
+            )
+        con = duckdb.connect()
+        con.execute("SET TimeZone = 'UTC'")
+        define_views(con, self)
+        return con
+
+    def committed_files(self) -> dict[str, list[str]]:
+        """Absolute paths of the committed Parquet files, by kind."""
+        if self.is_bare:
+            return {k: sorted(str(p.resolve()) for p in (self.root / k).glob("*.parquet"))
+                    for k in ("events", "quarantine", "findings", "finding_events")}
+        if not self.catalog.exists():
+            return {"events": [], "quarantine": [], "findings": [], "finding_events": []}
+        with self.catalog_connection(read_only=True) as con:
+            ev = [r[0] for r in con.execute(
+                "SELECT events_file FROM batches WHERE events_file IS NOT NULL ORDER BY batch_id"
+            ).fetchall()]
+            qu = [r[0] for r in con.execute(
+                "SELECT quarantine_file FROM batches WHERE quarantine_file IS NOT NULL "
+                "ORDER BY batch_id").fetchall()]
+            last = con.execute(
+                "SELECT findings_file, finding_events_file FROM findings_runs "
+                "ORDER BY run_id DESC LIMIT 1").fetchone()
+        root = self.root.resolve()
+        fi = [str(root / last[0])] if last and last[0] else []
+        fe = [str(root / last[1])] if last and last[1] else []
+        return {"events": [str(root / p) for p in ev], "quarantine": [str(root / p) for p in qu],
+                "findings": fi, "finding_events": fe}
+
+
+def _parquet_or_empty(files: list[str], columns) -> str:
+    if files:
+        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        return f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
+    cols = ", ".join(f"CAST(NULL AS {c.sql_type}) AS {c.name}" for c in columns)
+    return f"SELECT {cols} WHERE false"
+
+
+# Views other than `events` and `quarantine`: what detectors, queries and the report read.
+DERIVED_VIEWS = {
+    "requests": """
+      SELECT q.event_id, q.ts, q.file, q.line, q.format, q.actor, q.target, q.session,
+             q.action, q.corr_id,
+             coalesce(q.ok, r.ok) AS ok, coalesce(q.error, r.error) AS error,
+             coalesce(q.latency_ms, r.latency_ms) AS latency_ms,
+             r.ts AS response_ts, r.line AS response_line,
+             q.byte_length + coalesce(o.bytes, 0) AS bytes,
+             1 + coalesce(o.lines, 0) AS lines
+      FROM events q
+      LEFT JOIN (SELECT file, corr_id, any_value(ts) AS ts, any_value(line) AS line,
+                        any_value(ok) AS ok, any_value(error) AS error,
+                        any_value(latency_ms) AS latency_ms
+                 FROM events WHERE kind = 'response' AND corr_id IS NOT NULL
+                 GROUP BY file, corr_id) r
+        ON r.file = q.file AND r.corr_id = q.corr_id
+      LEFT JOIN (SELECT file, corr_id, sum(byte_length) AS bytes, count(*) AS lines
+                 FROM events WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL
+                 GROUP BY file, corr_id) o
+        ON o.file = q.file AND o.corr_id = q.corr_id
+      WHERE q.kind = 'request'""",
+    "messages": "SELECT * FROM events WHERE kind IN ('message', 'room_post')",
+    "triggers": "SELECT * FROM events WHERE kind IN ('trigger', 'session_start', 'session_end')",
+    "llm_calls": "SELECT * FROM events WHERE kind = 'llm_call'",
+}
+
+
+def define_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+    """Create the documented views in `con` over the store's committed files.
+
+    The catalog's own tables are copied in, not attached, so that a long analysis session
+    never holds a lock that would stall the next scan.
+    """
+    files = store.committed_files()
+    con.execute(f"CREATE OR REPLACE TEMP VIEW events AS "
+                f"{_parquet_or_empty(files['events'], COLUMNS)}")
+    _copy_catalog(con, store)
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW quarantine AS "
+        f"{_parquet_or_empty(files['quarantine'], QUARANTINE_COLUMNS)} UNION ALL BY NAME "
+        """SELECT display_path AS file, lines + 1 AS line, pending_offset AS byte_offset,
+             pending_length AS byte_length, 'truncated_last_line' AS reason,
+             'last line has no newline (cut off, or still being written); '
+             || 'it is read once it is complete' AS detail, pending_preview AS preview
+           FROM _inputs WHERE pending_length > 0"""
+    )
+    con.execute("""CREATE OR REPLACE TEMP VIEW inputs AS
+      SELECT display_path AS path, format, compression, sha256, bytes, lines,
+             pending_length AS pending_bytes, first_seen, last_read, input_id
+      FROM _inputs""")
+    for name, sql in DERIVED_VIEWS.items():
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+    from .findings_store import define_finding_views
+
+    define_finding_views(con, files)
+
+
+def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+    con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM (VALUES (1)) WHERE false")
+    if store.is_bare or not store.catalog.exists():
+        with duckdb.connect() as scratch:
+            scratch.execute(CATALOG_SCHEMA)
+            table = scratch.execute("SELECT * FROM inputs").arrow()
+    else:
+        with store.catalog_connection(read_only=True) as cat:
+            table = cat.execute("SELECT * FROM inputs ORDER BY input_id").arrow()
+    con.register("_inputs_arrow", table)
+    con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM _inputs_arrow")
+    con.unregister("_inputs_arrow")
+
+
+def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(create_table_sql("batch").replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
