@@ -180,12 +180,12 @@ def write_sven_store(outdir: Path, seed: int = 7, *, incident: bool = True,
                     {"type": "image", "data": _png(rng), "mime_type": "image/png"}], 0)
     _human_chat(st, rng, A, U1, DAY + dt.timedelta(hours=8, minutes=53), 7)
     healthy.append({"kind": "conversation", "file": f"node-a/peers/{u1}.jsonl", "peers": [a, u1],
-                    "messages": 17,
+                    "messages": 0,
                     "records_without_depth": 2, "image_line": 3, "loop": False})
     # ingrid: a long, human-paced working day with a lunch break (a context break, gap > 1 h)
     _human_chat(st, rng, A, U2, DAY + dt.timedelta(hours=9, minutes=30), 60, lunch_after=24)
     healthy.append({"kind": "conversation", "file": f"node-a/peers/{u2}.jsonl", "peers": [a, u2],
-                    "messages": 120, "context_breaks": 1, "loop": False})
+                    "messages": 0, "context_breaks": 1, "loop": False})
     # a CI runner reporting to gateway-b, and a short chat on node-b
     for k in range(3):
         t = DAY + dt.timedelta(hours=7 + 4 * k, minutes=rng.randint(0, 59))
@@ -194,10 +194,10 @@ def write_sven_store(outdir: Path, seed: int = 7, *, incident: bool = True,
         st.exchange(B, U3, _ns(t + dt.timedelta(seconds=rng.randint(5, 40)), rng), True,
                     "assistant", _text(f"Recorded build {1040 + k}."), 1)
     healthy.append({"kind": "conversation", "file": f"node-b/peers/{u3}.jsonl", "peers": [b, u3],
-                    "messages": 6, "loop": False})
+                    "messages": 0, "loop": False})
     _human_chat(st, rng, B, U1, DAY + dt.timedelta(hours=16), 2)
     healthy.append({"kind": "conversation", "file": f"node-b/peers/{u1}.jsonl", "peers": [b, u1],
-                    "messages": 4, "loop": False})
+                    "messages": 0, "loop": False})
     # rooms: an old post without depth, then an ordinary day in firmware-team and general
     room = "firmware-team"
     st.post("node-a", room, u1, "martin", _ns(DAY - dt.timedelta(days=40), rng),
@@ -227,6 +227,9 @@ def write_sven_store(outdir: Path, seed: int = 7, *, incident: bool = True,
                                                         ensure_ascii=False) for r in records))
              for rel, records in files.items()}
     _locate(files, incidents)
+    for entry in healthy:
+        if entry["kind"] == "conversation":
+            entry["messages"] = lines[entry["file"]]
     return {"format": "sven", "files": sorted(lines), "lines": lines, "peers": {
         "gateway-a": a, "gateway-b": b, "lab-gateway": c, "martin": u1, "ingrid": u2,
         "ci-runner": u3} | bots, "incidents": incidents, "healthy": healthy}
