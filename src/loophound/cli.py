@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, formats
@@ -152,5 +153,147 @@ def _open_store(store: Path) -> Store:
     return s
 
 
+SEVERITIES = ("low", "medium", "high", "critical")
+
+
+def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
+          prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False):
+    """Ingest PATHs (if any), then detect and attribute; errors become messages."""
+    from .attribute.costs import DEFAULT_COST_PER_CALL, load_cost_model
+    from .detect import ConfigError
+    from .scan import scan_store
+
+    if paths:
+        report = run_ingest(paths, store, None, None, 16 * 1024 * 1024, quiet=quiet)
+        if not quiet:
+            print_ingest_report(report, store)
+    s = _open_store(store)
+    try:
+        costs = load_cost_model(prices, DEFAULT_COST_PER_CALL if cost_per_call is None
+                                else (cost_per_call if cost_per_call >= 0 else None))
+        return scan_store(s, config, set_ or [], costs)
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))
+    except StoreBusy as exc:
+        fail(str(exc))
+
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML file of detector "
+                                                "settings, e.g. [repeated_error] min_count = 20.")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override one setting: "
+                                                  "DETECTOR.PARAM=VALUE (repeatable).")]
+PricesOpt = Annotated[Path | None, typer.Option("--prices", help="TOML price table (model → $ per "
+                                                "million input/output tokens) over the shipped one.")]
+CallCostOpt = Annotated[float | None, typer.Option(
+    "--cost-per-call", help="Assumed USD per agent call for logs without tokens (bproxy requests, "
+                            "sven messages); negative to leave them unpriced. Default 0.002.")]
+
+
+def print_findings(doc: dict) -> None:
+    findings = doc["findings"]
+    if not findings:
+        out.print("No findings: nothing in these logs looks like a runaway loop.")
+        return
+    table = Table(show_edge=False, header_style="bold", show_lines=False)
+    for col in ("severity", "detector", "finding", "events", "from", "to", "cost"):
+        table.add_column(col, justify="right" if col in ("events", "cost") else "left",
+                         overflow="fold")
+    colors = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
+    for f in findings:
+        cost = "-" if f["cost_usd"] is None else f"${f['cost_usd']:,.2f}"
+        table.add_row(f"[{colors[f['severity']]}]{f['severity']}[/]", f["detector"],
+                      escape(f["title"]), f"{f['events']:,}", (f["start"] or "")[:19],
+                      (f["end"] or "")[:19], cost)
+    out.print(table)
+    t = doc["totals"]
+    cost = "unpriced" if t["cost_usd"] is None else f"${t['cost_usd']:,.2f}"
+    out.print(f"{len(findings)} finding(s) over {t['events']:,} events; estimated cost of the "
+              f"whole log {cost}", highlight=False)
+
+
+@app.command("scan")
+def scan_cmd(
+    paths: Annotated[list[str] | None, typer.Argument(help="Logs to ingest first (optional).")]
+    = None,
+    store: StoreOpt = Path(DEFAULT_STORE),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the findings "
+                                                  "(loophound.findings/v1) to this file; - for "
+                                                  "standard output.")] = None,
+    fail_on: Annotated[str, typer.Option(help="Exit 1 when a finding is at least this severe: "
+                                         "low, medium, high, critical or never.")] = "high",
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    prices: PricesOpt = None,
+    cost_per_call: CallCostOpt = None,
+) -> None:
+    """Run every detector over the store (ingesting PATHs first) and keep the findings.
+
+    Exit status: 0 no finding at or above --fail-on, 1 there is one, 2 usage or input error.
+
+    Example: loophound scan sample_logs/ --json findings.json --fail-on critical
+    """
+    if fail_on not in SEVERITIES + ("never",):
+        fail(f"--fail-on must be one of {', '.join(SEVERITIES)}, never; got {fail_on!r}")
+    result = _scan(paths or [], store, config, set_ or [], prices, cost_per_call,
+                   quiet=json_out is not None and str(json_out) == "-")
+    from .findings_json import dumps
+
+    if json_out is not None:
+        if str(json_out) == "-":
+            sys.stdout.write(dumps(result.document))
+        else:
+            json_out.write_text(dumps(result.document))
+    if json_out is None or str(json_out) != "-":
+        print_findings(result.document)
+    raise typer.Exit(exit_status(result.document, fail_on))
+
+
+def exit_status(doc: dict, fail_on: str) -> int:
+    if fail_on == "never":
+        return 0
+    floor = SEVERITIES.index(fail_on)
+    return int(any(SEVERITIES.index(f["severity"]) >= floor for f in doc["findings"]))
+
+
+# Commands that live in their own modules (each has `register(app)`), registered here so the
+# whole command line is still listed in one place.
+COMMAND_MODULES = ("sql", "report", "watch", "synth")
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"loophound.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"loophound.commands.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_commands()
+
+
+def run() -> None:
+    """Console entry point: a bug in loophound is reported in one paragraph, not a traceback
+    (set LOOPHOUND_DEBUG=1 to see the traceback)."""
+    import os
+
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 — the last line of defence for the user
+        if os.environ.get("LOOPHOUND_DEBUG"):
+            raise
+        err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc))}\n"
+                  "This is a bug in loophound. Run again with LOOPHOUND_DEBUG=1 for the details "
+                  "and report them.", highlight=False)
+        sys.exit(3)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    run()

@@ -234,6 +234,11 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
     except (OSError, EOFError) as exc:
         rep.warnings.append(f"stopped reading: {exc} (a damaged or truncated compressed file?); "
                             "what was read before is kept")
+    except duckdb.Error as exc:
+        rep.status = "skipped"
+        rep.skipped_reason = (f"the {fmt.name} format could not map this file ({exc}); nothing "
+                              "of it was stored. This is a loophound bug: please report it with "
+                              "the file's first lines")
     return rep
 
 
@@ -422,9 +427,6 @@ def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBa
         raise failure[0]
 
 
-SAMPLE_HEAD, SAMPLE_EVERY = 10_000, 97
-
-
 class _Mapper:
     """Maps line batches of one file into the temp table `batch` with the format's SQL."""
 
@@ -447,28 +449,30 @@ class _Mapper:
                                            text[:200].rstrip("\r\n")))
         view = "SELECT * FROM raw_all" + (" WHERE json_valid(text)" if bad else "")
         con.execute(f"CREATE OR REPLACE TEMP VIEW raw AS {view}")
-        exact = self._has_unknown_keys()
-        con.execute(self._insert_sql(exact), {"file": self.ctx.display_path})
+        self._find_unknown_keys()
+        con.execute(self._insert_sql(), {"file": self.ctx.display_path})
         con.unregister("raw_all")
         return batch.rejected
 
-    def _has_unknown_keys(self) -> bool:
-        """Look for keys the format does not know in a sample of lines (the head of the file
-        and every 97th line); where the sample finds some, the whole batch is read exactly."""
-        expected = sorted(self.expected)
-        sample = self.con.execute(
-            "SELECT k, count(*) FROM (SELECT unnest(json_keys(text)) AS k FROM raw "
-            "WHERE line <= ? OR line % ? = 0) WHERE NOT list_contains(?, k) GROUP BY k",
-            [SAMPLE_HEAD, SAMPLE_EVERY, expected],
+    def _find_unknown_keys(self) -> None:
+        """Every line's keys are checked (no sampling: a key first seen on line 900,000 still
+        reaches `extra`). Lines are grouped by the hash of their key list, so Python looks at
+        each distinct shape once; lines of shapes with unknown keys are listed in `unknown`."""
+        shapes = self.con.execute(
+            "SELECT hash(k), any_value(k) FROM (SELECT json_keys(text) AS k FROM raw) GROUP BY 1"
         ).fetchall()
-        if not sample:
-            return False
-        exact = self.con.execute(
-            "SELECT k, count(*) FROM (SELECT unnest(json_keys(text)) AS k FROM raw) "
-            "WHERE NOT list_contains(?, k) GROUP BY k", [expected],
-        ).fetchall()
-        self.unknown.update(dict(exact))
-        return True
+        bad = [h for h, keys in shapes if not set(keys) <= self.expected]
+        self.con.execute(
+            "CREATE OR REPLACE TEMP TABLE unknown AS SELECT line, "
+            "list_filter(json_keys(text), lambda k: NOT list_contains($expected, k)) AS keys "
+            "FROM raw WHERE list_contains($bad, hash(json_keys(text)))",
+            {"expected": sorted(self.expected), "bad": bad or [0]},
+        ) if bad else self.con.execute(
+            "CREATE OR REPLACE TEMP TABLE unknown (line BIGINT, keys VARCHAR[])")
+        for key, n in self.con.execute(
+            "SELECT k, count(*) FROM (SELECT unnest(keys) AS k FROM unknown) GROUP BY k"
+        ).fetchall():
+            self.unknown[key] += n
 
     def warnings(self) -> list[str]:
         if not self.unknown:
@@ -478,10 +482,10 @@ class _Mapper:
         return [f"fields the {self.fmt.name} format does not know: {keys}{more}; "
                 "kept in the `extra` column"]
 
-    def _insert_sql(self, exact: bool) -> str:
-        if exact not in self._sql:
-            self._sql[exact] = _insert_sql(self.con, self.fmt, self.ctx, exact)
-        return self._sql[exact]
+    def _insert_sql(self) -> str:
+        if not self._sql:
+            self._sql[True] = _insert_sql(self.con, self.fmt, self.ctx)
+        return self._sql[True]
 
 
 def _json_error(text: str) -> str:
@@ -492,12 +496,11 @@ def _json_error(text: str) -> str:
     return "malformed JSON"
 
 
-def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
-                exact_extra: bool) -> str:
+def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext) -> str:
     """INSERT mapping `raw` into `batch`: the format's columns, NULL for the rest.
 
-    With `exact_extra`, `extra` is every key the mapper did not turn into a column (a JSON
-    merge per line: slower, used only where unknown keys were seen)."""
+    `extra` is the format's own (its documented keys) except on lines listed in `unknown`,
+    where it is every key not turned into a column (a JSON merge: exact, slower)."""
     select = fmt.select_sql(ctx)
     provided = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
     nulls = "{" + ", ".join(f'"{k}": null' for k in sorted(fmt.mapped_keys)) + "}"
@@ -509,8 +512,11 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
             exprs.append("$file")
         elif c.name == "format":
             exprs.append("'" + fmt.name + "'")
-        elif c.name == "extra" and (exact_extra or "extra" not in provided):
-            exprs.append(f"nullif(CAST(json_merge_patch(m.text, '{nulls}') AS VARCHAR), '{{}}')")
+        elif c.name == "extra":
+            merged = f"nullif(CAST(json_merge_patch(m.text, '{nulls}') AS VARCHAR), '{{}}')"
+            own = "m.extra" if "extra" in provided else merged
+            exprs.append(f"CASE WHEN m.line IN (SELECT line FROM unknown) THEN {merged} "
+                         f"ELSE {own} END")
         elif c.name in provided:
             exprs.append(f"CAST(m.{c.name} AS {c.sql_type})")
         else:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import duckdb
 
-from .base import Format, FormatContext, epoch_to_ts, extra_json, json_fields, sql_str, struct_spec
+from .base import Format, FormatContext, extra_json, json_fields, sql_str, struct_spec
 
 FIELDS = {
-    "time": "DOUBLE", "pid": "BIGINT", "id": "VARCHAR", "action": "VARCHAR",
+    "time": "BIGINT", "pid": "BIGINT", "id": "VARCHAR", "action": "VARCHAR",
     "session": "VARCHAR", "event": "VARCHAR", "ownerHash": "VARCHAR", "ok": "BOOLEAN",
     "elapsed_ms": "DOUBLE", "error_code": "VARCHAR", "ws_client": "VARCHAR",
 }
@@ -39,7 +39,7 @@ def select_sql(ctx: FormatContext) -> str:
     kind_cases = " ".join(f"WHEN {sql_str(k)} THEN {sql_str(v)}" for k, v in EVENTS.items())
     return f"""
     SELECT line, byte_offset, byte_length, text,
-      {epoch_to_ts("r.time")} AS ts,
+      CAST(epoch_ms(r.time) AS TIMESTAMP_MS) AS ts,
       CASE r.event {kind_cases} ELSE 'record' END AS kind,
       r.event AS event_type,
       CASE WHEN r.event LIKE 'ws_%' THEN r.ws_client
@@ -58,37 +58,20 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Give every line of a request the request's action, session and actor, and the request
     line its outcome, so `WHERE error = ...` finds requests without a join."""
     _correlate_idless(con, ctx)
-    con.execute("""
-      CREATE OR REPLACE TEMP TABLE _req AS
-        SELECT corr_id, any_value(action) AS action, any_value(session) AS session,
-               any_value(actor) AS actor
-        FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
-              UNION ALL
-              SELECT corr_id, action, session, actor FROM stored_events
-              WHERE kind = 'request' AND corr_id IN
-                    (SELECT corr_id FROM batch WHERE kind IN ('response', 'lifecycle')
-                     EXCEPT SELECT corr_id FROM batch WHERE kind = 'request'))
-        WHERE corr_id IS NOT NULL GROUP BY corr_id;
-      CREATE OR REPLACE TEMP TABLE _resp AS
-        SELECT corr_id, any_value(ok) AS ok, any_value(error) AS error,
-               any_value(latency_ms) AS latency_ms
-        FROM batch WHERE kind = 'response' AND corr_id IS NOT NULL GROUP BY corr_id;
-      CREATE OR REPLACE TEMP TABLE batch AS
-        SELECT b.* REPLACE (
-          CASE WHEN b.kind IN ('response', 'lifecycle') THEN coalesce(b.action, q.action)
-               ELSE b.action END AS action,
-          CASE WHEN b.kind IN ('response', 'lifecycle') THEN coalesce(b.session, q.session)
-               ELSE b.session END AS session,
-          CASE WHEN b.kind IN ('response', 'lifecycle') THEN coalesce(b.actor, q.actor)
-               ELSE b.actor END AS actor,
-          CASE WHEN b.kind = 'request' THEN coalesce(b.ok, s.ok) ELSE b.ok END AS ok,
-          CASE WHEN b.kind = 'request' THEN coalesce(b.error, s.error) ELSE b.error END AS error,
-          CASE WHEN b.kind = 'request' THEN coalesce(b.latency_ms, s.latency_ms)
-               ELSE b.latency_ms END AS latency_ms)
-        FROM batch b
-        LEFT JOIN _req q ON b.corr_id = q.corr_id
-        LEFT JOIN _resp s ON b.corr_id = s.corr_id;
-      DROP TABLE _req; DROP TABLE _resp;
+    # requests answered in this batch but received in an earlier one (appended logs)
+    earlier = """UNION ALL SELECT corr_id, action, session, actor FROM stored_events
+            WHERE kind = 'request' AND corr_id IN (SELECT corr_id FROM batch
+                                                   WHERE kind IN ('response', 'lifecycle'))"""
+    if not con.execute("SELECT count(*) FROM stored_events").fetchone()[0]:
+        earlier = ""
+    con.execute(f"""
+      UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor)
+      FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
+            {earlier}) q
+      WHERE batch.corr_id = q.corr_id AND batch.kind IN ('response', 'lifecycle');
+      UPDATE batch SET ok = q.ok, error = q.error, latency_ms = q.latency_ms
+      FROM (SELECT corr_id, ok, error, latency_ms FROM batch WHERE kind = 'response') q
+      WHERE batch.corr_id = q.corr_id AND batch.kind = 'request';
     """)
 
 

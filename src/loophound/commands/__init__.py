@@ -1,0 +1,1 @@
+"""CLI commands kept in their own modules; `loophound.cli` registers them."""

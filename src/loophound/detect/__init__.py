@@ -1,0 +1,110 @@
+"""The detectors, registered in one place, and the code that runs them with their settings.
+
+Settings come from three layers, later ones winning: each detector's documented defaults, a
+TOML file (`[repeated_error] min_count = 50`), and `--set repeated_error.min_count=50`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from .base import Detector, Finding, param_docs
+
+_MODULES = (
+    "repeated_error", "ping_pong", "trigger_cycle", "rate_spike", "unusual_actor",
+    "depth_violation", "repair_loop",
+)
+
+
+def _load() -> dict[str, Detector]:
+    found = {}
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            continue
+        found[module.DETECTOR.name] = module.DETECTOR
+    return found
+
+
+DETECTORS: dict[str, Detector] = _load()
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    if isinstance(value, str) and not isinstance(default, str):
+        try:
+            if isinstance(default, bool):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1", "yes")
+            if isinstance(default, int):
+                return int(value)
+            if isinstance(default, float):
+                return float(value)
+            if isinstance(default, (list, tuple)):
+                return type(default)(v.strip() for v in value.split(",") if v.strip())
+        except ValueError:
+            raise ConfigError(f"{where}: {value!r} is not a valid {type(default).__name__}") from None
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, tuple) and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def settings(config_file: Path | None = None, overrides: list[str] = ()) -> dict[str, Any]:
+    """Each detector's parameters after the TOML file and the --set overrides."""
+    layers: dict[str, dict[str, Any]] = {}
+    if config_file is not None:
+        try:
+            layers = tomllib.loads(Path(config_file).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {config_file}: {exc}") from None
+    for item in overrides:
+        name, _, value = item.partition("=")
+        det, _, key = name.partition(".")
+        if not _ or not key:
+            raise ConfigError(f"--set {item!r}: expected DETECTOR.PARAM=VALUE, e.g. "
+                              "repeated_error.min_count=50")
+        layers.setdefault(det.strip(), {})[key.strip()] = value.strip()
+    out = {}
+    for det, table in layers.items():
+        if det not in DETECTORS:
+            raise ConfigError(f"unknown detector {det!r} in settings; detectors: "
+                              f"{', '.join(DETECTORS)}")
+        known = {n: d for n, d, _ in param_docs(DETECTORS[det].params)}
+        for key in table:
+            if key not in known:
+                raise ConfigError(f"{det} has no parameter {key!r}; it has: {', '.join(known)}")
+    for name, det in DETECTORS.items():
+        table = layers.get(name, {})
+        values = {k: _coerce(v, dict((n, d) for n, d, _ in param_docs(det.params))[k],
+                             f"{name}.{k}") for k, v in table.items()}
+        out[name] = dataclasses.replace(det.params(), **values)
+    return out
+
+
+def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
+                  only: list[str] | None = None) -> list[Finding]:
+    """Run every detector (or `only` these) over the views in `con`."""
+    findings: list[Finding] = []
+    for name, det in DETECTORS.items():
+        if only and name not in only:
+            continue
+        findings.extend(det.run(con, params[name]))
+    return findings
+
+
+__all__ = ["DETECTORS", "ConfigError", "Detector", "Finding", "run_detectors", "settings"]

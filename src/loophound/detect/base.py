@@ -1,0 +1,68 @@
+"""What a detector is and what it returns.
+
+A detector reads the store's views and returns `Finding`s: who looped, how, from when to when,
+which events it claims, and why it thinks so. Detectors do not count bytes, tokens or dollars:
+`loophound.attribute` does that once, the same way for every finding, from the claimed events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+SEVERITIES = ("low", "medium", "high", "critical")
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass
+class Finding:
+    detector: str
+    key: str  # what makes this finding itself across runs (participants + where it began)
+    severity: str
+    title: str
+    summary: str
+    recommendation: str
+    start: Any  # datetime (UTC, naive)
+    end: Any
+    actors: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
+    # SQL (over the views) selecting the event_id of every line this finding claims, with its
+    # parameters; attribution counts, sizes and prices from it.
+    claim_sql: str = ""
+    claim_params: dict[str, Any] = field(default_factory=dict)
+    # which claimed kinds are the "runaway actions" a user counts (requests, not their responses)
+    unit_kinds: tuple[str, ...] = ("request",)
+    details: dict[str, Any] = field(default_factory=dict)
+    evidence_limit: int = 5
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(f"{self.detector}\x1f{self.key}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    description: str
+    params: type  # a dataclass whose fields (with defaults and `doc` metadata) are the knobs
+    run: Callable[[duckdb.DuckDBPyConnection, Any], list[Finding]]
+    # when two findings claim one event, the lower rank explains it best
+    rank: int = 50
+
+
+def param(default: Any, doc: str) -> Any:
+    """A documented detector parameter."""
+    return field(default=default, metadata={"doc": doc})
+
+
+def param_docs(params_cls: type) -> list[tuple[str, Any, str]]:
+    return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(params_cls)]
