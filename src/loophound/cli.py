@@ -29,7 +29,7 @@ StoreOpt = Annotated[Path, typer.Option("--store", "-s", help="Store folder.")]
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -299,13 +299,11 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         mapper = _Mapper(con, fmt, ctx)
         for batch in _read_ahead(read_lines(stream, state, max_line_bytes=options.max_line_bytes,
                                             on_bytes=on_bytes)):
-            rejected.extend(batch.rejected)
-            mapper.map(batch)
+            rejected.extend(mapper.map(batch))
         ended_without_newline = False
         if state.partial is not None and state.tail and _is_json_object(state.tail):
             batch = complete_partial(state.tail, state)
-            rejected.extend(batch.rejected)
-            mapper.map(batch)
+            rejected.extend(mapper.map(batch))
             state.next_line += 1
             state.next_offset += len(state.tail)
             state.partial, state.tail = None, b""
@@ -439,7 +437,7 @@ class _Mapper:
     def map(self, batch: LineBatch) -> list[Rejected]:
         con = self.con
         if batch.table.num_rows == 0:
-            return []
+            return batch.rejected
         con.register("raw_all", batch.table)
         bad = con.execute(
             "SELECT line, byte_offset, byte_length, text FROM raw_all WHERE NOT json_valid(text)"
@@ -532,7 +530,7 @@ def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
         out.append(f"{missing_ts:,} events have no readable timestamp: kept, but left out of "
                    "rate and timing analysis")
     back = con.execute("""SELECT count(*), max(prev - ts) FROM (
-        SELECT ts, lag(ts) OVER (ORDER BY line) AS prev FROM batch) WHERE ts < prev""").fetchone()
+        SELECT ts, lag(ts IGNORE NULLS) OVER (ORDER BY line) AS prev FROM batch) WHERE ts < prev""").fetchone()
     if back[0]:
         out.append(f"{back[0]:,} events are earlier than the line before them (largest step "
                    f"back {back[1]}): the views sort by time where order matters")

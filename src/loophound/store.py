@@ -260,10 +260,10 @@ def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     if store.is_bare or not store.catalog.exists():
         with duckdb.connect() as scratch:
             scratch.execute(CATALOG_SCHEMA)
-            table = scratch.execute("SELECT * FROM inputs").to_arrow_table()
+            table = scratch.sql("SELECT * FROM inputs").to_arrow_table()
     else:
         with store.catalog_connection(read_only=True) as cat:
-            table = cat.execute("SELECT * FROM inputs ORDER BY input_id").to_arrow_table()
+            table = cat.sql("SELECT * FROM inputs ORDER BY input_id").to_arrow_table()
     con.register("_inputs_arrow", table)
     con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM _inputs_arrow")
     con.unregister("_inputs_arrow")

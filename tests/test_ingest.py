@@ -1,0 +1,269 @@
+"""Ingest: every line becomes an event or a quarantine row, and nothing is read twice."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import zstandard
+from typer.testing import CliRunner
+
+from loophound.cli import app
+from loophound.ingest import IngestOptions, ingest
+from loophound.store import Store
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+BPROXY = SAMPLES / "bproxy" / "2026-06-18.log"
+T0 = 1781826140544
+
+
+def pino(i: int, event: str = "received", **fields) -> str:
+    base = {"level": 30, "time": T0 + i * 100, "pid": 4242, "hostname": "h", "id": f"req-{i}",
+            "event": event, "ownerHash": "a3f7c012"}
+    if event == "received":
+        base |= {"action": "scroll", "session": "6afr3v", "destructive": False}
+    if event == "response":
+        base |= {"ok": False, "elapsed_ms": 0, "error_code": "SESSION_NOT_FOUND"}
+    base |= fields
+    return json.dumps(base, separators=(",", ":")) + "\n"
+
+
+def pair(i: int) -> str:
+    return pino(i) + pino(i, "response")
+
+
+def q(store: Store, sql: str, params=None):
+    return store.connect().execute(sql, params).fetchall()
+
+
+def test_sample_bproxy_log_ingests_whole_with_its_hash(tmp_path):
+    store = Store(tmp_path / "st")
+    report = ingest([str(BPROXY)], store)
+    lines = BPROXY.read_bytes().count(b"\n")
+    assert report.events == lines and report.quarantined == 0
+    (path, sha, nbytes, nlines, fmt), = q(store, "SELECT path, sha256, bytes, lines, format FROM inputs")
+    assert sha == hashlib.sha256(BPROXY.read_bytes()).hexdigest()
+    assert (nbytes, nlines, fmt) == (BPROXY.stat().st_size, lines, "bproxy")
+
+
+def test_responses_carry_their_requests_action_session_and_owner(tmp_path):
+    log = tmp_path / "d.log"
+    log.write_text(pair(1) + pino(2, "error_delay", delay_ms=800) + pair(3))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    rows = q(store, "SELECT line, kind, actor, session, action, ok, error FROM events ORDER BY line")
+    assert rows[1] == (2, "response", "4242:a3f7c012", "6afr3v", "scroll", False, "SESSION_NOT_FOUND")
+    assert rows[0][5:] == (False, "SESSION_NOT_FOUND")  # the request knows its outcome
+    assert rows[2][1:5] == ("lifecycle", "4242:a3f7c012", None, None)  # error_delay of req-2: no received
+    req = q(store, "SELECT lines, bytes FROM requests WHERE corr_id = 'req-1'")
+    assert req == [(2, len(pair(1)))]
+
+
+def test_trimmed_form_without_ids_joins_each_response_to_the_request_before_it(tmp_path):
+    log = tmp_path / "trimmed.log"
+    log.write_text(
+        '{"time":1781826140544,"action":"session.close","session":"6afr3v","event":"received"}\n'
+        '{"time":1781826140545,"event":"response","ok":true,"elapsed_ms":1}\n'
+        '{"time":1781826141514,"action":"scroll","session":"6afr3v","event":"received"}\n'
+        '{"time":1781826141515,"event":"response","ok":false,"elapsed_ms":0,'
+        '"error_code":"SESSION_NOT_FOUND"}\n')
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    rows = q(store, "SELECT line, action, session, ok, error, corr_id FROM events ORDER BY line")
+    assert rows[3] == (4, "scroll", "6afr3v", False, "SESSION_NOT_FOUND", "L3")
+    assert rows[2][3:5] == (False, "SESSION_NOT_FOUND")
+    assert rows[1][1:4] == ("session.close", "6afr3v", True)
+
+
+def test_bad_lines_are_quarantined_with_file_line_and_reason(tmp_path):
+    log = tmp_path / "ugly.log"
+    parts = [
+        pair(1).encode(),                                   # 1-2 fine
+        b'{"level":30,"time":1781826140900,"event":"recei\n',  # 3 malformed JSON
+        b'{"level":30,"time":1781826141000,"event":"received","action":"\xff\xfe"}\n',  # 4 bad UTF-8
+        b"\x00\x01\x02\x03garbage\x00\n",                   # 5 binary
+        b"\n",                                              # 6 blank
+        b"[1, 2, 3]\n",                                     # 7 not an object
+        pino(9).encode(),                                   # 8 fine
+        b'{"event":"received","action":"scroll","session":"6afr3v"}\n',  # 9 no time: kept
+        pino(2, extra_field="surprise").encode(),           # 10 unknown key, earlier time
+        b'{"level":30,"time":17818261',                     # 11 truncated last line
+    ]
+    log.write_bytes(b"".join(parts))
+    store = Store(tmp_path / "st")
+    report = ingest([str(log)], store)
+    (f,) = report.files
+    assert f.events == 5
+    assert dict(f.quarantined) == {"invalid_json": 1, "invalid_utf8": 1, "binary": 1, "blank": 1,
+                                   "not_an_object": 1}
+    assert f.pending is not None and f.pending.line == 11
+    reasons = q(store, "SELECT line, reason FROM quarantine ORDER BY line")
+    assert reasons == [(3, "invalid_json"), (4, "invalid_utf8"), (5, "binary"), (6, "blank"),
+                       (7, "not_an_object"), (11, "truncated_last_line")]
+    assert any("no readable timestamp" in w for w in f.warnings)
+    assert any("earlier than the line before" in w for w in f.warnings)
+    assert any("extra_field (1)" in w for w in f.warnings)
+    (extra,) = q(store, "SELECT extra FROM events WHERE line = 10")[0]
+    assert json.loads(extra)["extra_field"] == "surprise"
+    # every line is accounted for: events + quarantine = lines in the file
+    total = q(store, "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM quarantine)")
+    assert total == [(11,)]
+
+
+def test_a_50_mb_line_is_quarantined_not_loaded(tmp_path):
+    log = tmp_path / "huge.log"
+    big = '{"level":30,"time":1781826141000,"event":"received","blob":"' + "x" * (50 << 20) + '"}\n'
+    log.write_text(pair(1) + big + pair(2))
+    store = Store(tmp_path / "st")
+    (f,) = ingest([str(log)], store).files
+    assert f.events == 4 and dict(f.quarantined) == {"line_too_long": 1}
+    (line, length, reason), = q(store, "SELECT line, byte_length, reason FROM quarantine")
+    assert (line, length, reason) == (3, len(big), "line_too_long")
+    assert q(store, "SELECT line FROM events ORDER BY line") == [(1,), (2,), (4,), (5,)]
+
+
+def test_reingest_adds_nothing_and_appended_bytes_are_read_alone(tmp_path):
+    log = tmp_path / "grow.log"
+    log.write_text(pair(1) + pino(2))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    again = ingest([str(log)], store)
+    assert again.events == 0 and again.files[0].status == "unchanged"
+    with log.open("a") as fh:
+        fh.write(pino(2, "response") + pair(3))
+    more = ingest([str(log)], store)
+    assert more.events == 3 and more.files[0].status == "appended"
+    assert more.files[0].new_bytes == len(pino(2, "response") + pair(3))
+    rows = q(store, "SELECT line, kind, action, session FROM events ORDER BY line")
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]
+    # the response in the new batch found its request in the old one
+    assert rows[3] == (4, "response", "scroll", "6afr3v")
+    assert q(store, "SELECT sha256 FROM inputs") == [(hashlib.sha256(log.read_bytes()).hexdigest(),)]
+
+
+def test_a_partial_last_line_waits_until_it_is_complete(tmp_path):
+    log = tmp_path / "live.log"
+    whole = pino(5)
+    log.write_text(pair(1) + whole[:30])
+    store = Store(tmp_path / "st")
+    first = ingest([str(log)], store)
+    assert first.events == 2 and first.files[0].pending.line == 3
+    assert q(store, "SELECT reason FROM quarantine") == [("truncated_last_line",)]
+    with log.open("a") as fh:
+        fh.write(whole[30:])
+    second = ingest([str(log)], store)
+    assert second.events == 1
+    assert q(store, "SELECT count(*) FROM quarantine") == [(0,)]
+    assert q(store, "SELECT line, corr_id FROM events WHERE line = 3") == [(3, "req-5")]
+
+
+def test_a_complete_last_line_without_newline_is_read_and_not_read_again(tmp_path):
+    log = tmp_path / "nonl.log"
+    log.write_text(pair(1) + pino(2).rstrip("\n"))
+    store = Store(tmp_path / "st")
+    assert ingest([str(log)], store).events == 3
+    with log.open("a") as fh:
+        fh.write("\n" + pino(3))
+    assert ingest([str(log)], store).events == 1
+    assert q(store, "SELECT count(*), count(DISTINCT line) FROM events") == [(4, 4)]
+    assert q(store, "SELECT count(*) FROM quarantine") == [(0,)]
+
+
+def test_rotation_by_rename_is_recognised_and_nothing_counts_twice(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "app.log"
+    log.write_text(pair(1))
+    store = Store(tmp_path / "st")
+    ingest([str(logs)], store)
+    with log.open("a") as fh:
+        fh.write(pair(2))  # written after the scan, before rotation
+    log.rename(logs / "app.log.1")
+    (logs / "app.log").write_text(pair(7))
+    report = ingest([str(logs)], store)
+    assert report.events == 4  # two late lines of the rotated file + the new file's two
+    assert q(store, "SELECT count(*) FROM events") == [(6,)]
+    assert q(store, "SELECT count(*) FROM inputs") == [(2,)]
+
+
+def test_copytruncate_and_compressed_rotated_copies(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "app.log"
+    log.write_text(pair(1) + pair(2))
+    store = Store(tmp_path / "st")
+    ingest([str(logs)], store)
+    with gzip.open(logs / "app.log.1.gz", "wb") as gz:  # copy, compress ...
+        gz.write(log.read_bytes())
+    log.write_text(pair(9))  # ... and truncate, then the writer goes on
+    report = ingest([str(logs)], store)
+    assert report.events == 2
+    assert q(store, "SELECT count(*) FROM events") == [(6,)]
+
+
+@pytest.mark.parametrize("suffix, opener", [
+    (".gz", gzip.open), (".bz2", bz2.open),
+    (".zst", lambda p, m: zstandard.open(p, m)),
+])
+def test_compressed_logs_are_read_transparently(tmp_path, suffix, opener):
+    target = tmp_path / f"2026-06-18.log{suffix}"
+    with opener(target, "wb") as fh:
+        fh.write(BPROXY.read_bytes())
+    store = Store(tmp_path / "st")
+    report = ingest([str(target)], store)
+    assert report.events == BPROXY.read_bytes().count(b"\n")
+    assert q(store, "SELECT sha256 FROM inputs") == [(hashlib.sha256(BPROXY.read_bytes()).hexdigest(),)]
+
+
+def test_a_key_first_seen_deep_in_a_large_file_is_not_lost(tmp_path):
+    log = tmp_path / "late-key.log"
+    with log.open("w") as fh:
+        for i in range(60_000):
+            fh.write(pair(i) if i != 54_321 else pino(i, late_key={"nested": [1, 2]}) + pino(i, "response"))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    rows = q(store, "SELECT line, extra FROM events WHERE extra LIKE '%late_key%'")
+    assert len(rows) == 1 and json.loads(rows[0][1])["late_key"] == {"nested": [1, 2]}
+
+
+def test_directories_globs_and_duplicates(tmp_path):
+    shutil.copytree(SAMPLES / "bproxy", tmp_path / "a")
+    store = Store(tmp_path / "st")
+    report = ingest([str(tmp_path / "a"), str(tmp_path / "a" / "*.log")], store)
+    assert report.events == BPROXY.read_bytes().count(b"\n")  # named twice, read once
+
+
+def test_a_copy_of_a_known_file_elsewhere_is_the_same_evidence(tmp_path):
+    store = Store(tmp_path / "st")
+    ingest([str(BPROXY)], store)
+    copy = tmp_path / "copy.log"
+    shutil.copy(BPROXY, copy)
+    assert ingest([str(copy)], store).events == 0
+
+
+def test_cli_reports_missing_paths_and_unknown_formats_without_a_traceback(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(tmp_path / "nope.log"), "--store", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "no such file" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["ingest", str(BPROXY), "--format", "klingon",
+                              "--store", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "unknown format 'klingon'" in res.output
+
+
+def test_text_that_is_not_json_is_passed_over_with_a_reason(tmp_path):
+    txt = tmp_path / "notes.log"
+    txt.write_text("2026-01-01 INFO started\n2026-01-01 WARN something\n")
+    report = ingest([str(txt)], Store(tmp_path / "st"))
+    assert report.files[0].status == "skipped" and "not recognised" in report.files[0].skipped_reason
+
+
+def test_max_line_bytes_is_a_setting(tmp_path):
+    log = tmp_path / "d.log"
+    log.write_text(pair(1))
+    report = ingest([str(log)], Store(tmp_path / "st"), IngestOptions(max_line_bytes=100))
+    assert dict(report.files[0].quarantined) == {"line_too_long": 2}
