@@ -22,8 +22,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+# Wide when writing to a file or pipe, so paths and titles are not cut.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 StoreOpt = Annotated[Path, typer.Option("--store", "-s", help="Store folder.")]
 

@@ -92,8 +92,7 @@ def _is_log_name(p: Path) -> bool:
             name = name[: -len(suffix)]
     stem_suffixes = Path(name).suffixes
     # rotated copies keep their base suffix before a number: app.log.1, app.log.2.gz
-    return any(s in LOG_SUFFIXES for s in stem_suffixes) and not name.endswith("results.json") \
-        and not name.endswith("expected.json")
+    return any(s in LOG_SUFFIXES for s in stem_suffixes) and not name.endswith("results.json")
 
 
 def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
@@ -198,6 +197,7 @@ def ingest(
         report.files.append(FileReport(name, status="skipped", skipped_reason=reason))
     total = sum(p.stat().st_size for p, _ in files)
     done = 0
+    companions_seen: set[Path] = set()
     with store.writing(wait=options.wait, on_wait=on_wait):
         for path, shown in files:
             size = path.stat().st_size
@@ -206,7 +206,14 @@ def ingest(
                 if on_progress:
                     on_progress(base + n, total)
 
-            report.files.append(_ingest_file(path, shown, store, forced, options, progress))
+            rep = _ingest_file(path, shown, store, forced, options, progress)
+            report.files.append(rep)
+            fmt = formats.get(rep.format) if rep.format else None
+            for companion in fmt.companions(path) if fmt and fmt.companions else []:
+                if companion.resolve() not in companions_seen:
+                    companions_seen.add(companion.resolve())
+                    shown_c = os.path.normpath(os.path.join(os.path.dirname(shown), companion.name))
+                    report.files.append(_ingest_companion(companion, shown_c, store, fmt))
             done += size
             if on_progress:
                 on_progress(done, total)
@@ -239,6 +246,41 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
         rep.skipped_reason = (f"the {fmt.name} format could not map this file ({exc}); nothing "
                               "of it was stored. This is a loophound bug: please report it with "
                               "the file's first lines")
+    return rep
+
+
+def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> FileReport:
+    """A whole-document file read with a log (LabTrust results.json): re-read whole when it
+    changes, its earlier rows replaced, so no episode is counted twice."""
+    rep = FileReport(shown, format=fmt.name)
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    known = next((k for k in _known_inputs(store) if k.path == str(path.resolve())), None)
+    if known is not None and known.sha256 == digest:
+        rep.status = "unchanged"
+        return rep
+    input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
+    ctx = FormatContext(path=path, display_path=shown, input_id=input_id)
+    try:
+        rows = fmt.read_companion(path, ctx) if fmt.read_companion else []
+    except (OSError, ValueError) as exc:
+        rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
+        return rep
+    con = duckdb.connect()
+    create_batch_table(con)
+    for row in rows:
+        values = {c.name: row.get(c.name) for c in COLUMNS}
+        values |= {"event_id": (input_id << 32) + int(row["line"]), "file": shown,
+                   "format": fmt.name, "byte_offset": 0, "byte_length": 0}
+        con.execute(f"INSERT INTO batch BY NAME SELECT {', '.join('?::' + c.sql_type + ' AS ' + c.name for c in COLUMNS)}",
+                    [values[c.name] for c in COLUMNS])
+    state = ReadState(next_line=data.count(b"\n") + 1, next_offset=len(data))
+    rep.events, rep.new_bytes, rep.sha256, rep.lines = len(rows), len(data), digest, state.next_line - 1
+    rep.status = "new" if known is None else "replaced"
+    _commit(store, con, path, shown, fmt, known, input_id, state, [], digest, head_bytes=data[:HEAD_LEN],
+            ended_without_newline=False, first_offset=0, range_sha=digest, compressed=False,
+            replace=known is not None)
+    con.close()
     return rep
 
 
@@ -431,7 +473,11 @@ class _Mapper:
     def __init__(self, con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext):
         self.con, self.fmt, self.ctx = con, fmt, ctx
         self.unknown: Counter = Counter()
-        self.expected = fmt.mapped_keys | fmt.known_keys
+        if fmt.file_keys:
+            self.mapped, known = fmt.file_keys(ctx)
+        else:
+            self.mapped, known = fmt.mapped_keys, fmt.known_keys
+        self.expected = self.mapped | known
         self._sql: dict[bool, str] = {}
 
     def map(self, batch: LineBatch) -> list[Rejected]:
@@ -482,7 +528,7 @@ class _Mapper:
 
     def _insert_sql(self) -> str:
         if not self._sql:
-            self._sql[True] = _insert_sql(self.con, self.fmt, self.ctx)
+            self._sql[True] = _insert_sql(self.con, self.fmt, self.ctx, self.mapped)
         return self._sql[True]
 
 
@@ -494,14 +540,16 @@ def _json_error(text: str) -> str:
     return "malformed JSON"
 
 
-def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext) -> str:
+def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
+                mapped_keys: frozenset[str]) -> str:
     """INSERT mapping `raw` into `batch`: the format's columns, NULL for the rest.
 
     `extra` is the format's own (its documented keys) except on lines listed in `unknown`,
     where it is every key not turned into a column (a JSON merge: exact, slower)."""
     select = fmt.select_sql(ctx)
     provided = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
-    nulls = "{" + ", ".join(f'"{k}": null' for k in sorted(fmt.mapped_keys)) + "}"
+    # keys may come from the data (generic format): JSON-encode them, then quote for SQL
+    nulls = json.dumps({k: None for k in sorted(mapped_keys)}).replace("'", "''")
     exprs = []
     for c in COLUMNS:
         if c.name == "event_id":
@@ -545,7 +593,7 @@ def _next_id(store: Store, table: str, column: str) -> int:
 def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str, fmt: Format,
             known: Known | None, input_id: int, state: ReadState, rejected: list[Rejected],
             digest: str, head_bytes: bytes, ended_without_newline: bool, first_offset: int,
-            range_sha: str, compressed: bool) -> None:
+            range_sha: str, compressed: bool, replace: bool = False) -> None:
     """Write the batch's Parquet files, then make them visible in one catalog transaction."""
     batch_id = _next_id(store, "batches", "batch_id")
     events = con.execute("SELECT count(*) FROM batch").fetchone()[0]
@@ -571,6 +619,8 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
     with store.catalog_connection() as cat:
         cat.execute("BEGIN")
         cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
+        if replace:  # a rewritten whole document: its earlier rows no longer stand
+            cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
         cat.execute(
             "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [input_id, str(path.resolve()), shown, fmt.name, compression_of(path), digest,

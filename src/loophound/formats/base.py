@@ -49,6 +49,8 @@ class Format:
     companions: Callable[[Path], list[Path]] | None = None
     # Turns a companion file into canonical rows (list of dicts keyed by column name).
     read_companion: Callable[[Path, FormatContext], list[dict]] | None = None
+    # Per-file (mapped, known) keys, for formats whose columns depend on the file (generic).
+    file_keys: Callable[[FormatContext], tuple[frozenset[str], frozenset[str]]] | None = None
     priority: int = 50  # lower sniffs first; the generic mapping is last
 
 

@@ -326,5 +326,6 @@ FORMAT = Format(
     description="any other JSONL: columns from a --mapping TOML file or common key names",
     sniff=sniff,
     select_sql=select_sql,
+    file_keys=file_keys,
     priority=99,
 )
