@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from . import formats
+from . import db, formats
 from .formats.base import Format, FormatContext
 from .lines import (
     MAX_LINE_BYTES,
@@ -266,7 +266,7 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
     except (OSError, ValueError) as exc:
         rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
         return rep
-    con = duckdb.connect()
+    con = db.connect()
     create_batch_table(con)
     for row in rows:
         values = {c.name: row.get(c.name) for c in COLUMNS}
@@ -315,8 +315,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
         ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
                             options={"mapping": options.mapping} if options.mapping else {})
-        con = duckdb.connect()
-        con.execute("SET TimeZone = 'UTC'")
+        con = db.connect()
         create_batch_table(con)
         _stored_events_view(con, store, input_id)
         rejected: list[Rejected] = []

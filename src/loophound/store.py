@@ -18,6 +18,7 @@ from pathlib import Path
 
 import duckdb
 
+from . import db
 from .schema import COLUMNS, QUARANTINE_COLUMNS, create_table_sql
 
 DEFAULT_STORE = ".loophound"
@@ -127,7 +128,7 @@ class Store:
         deadline = time.monotonic() + 30
         while True:
             try:
-                con = duckdb.connect(str(self.catalog), read_only=read_only)
+                con = db.connect(str(self.catalog), read_only=read_only)
                 break
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
@@ -160,8 +161,7 @@ class Store:
                 f"no loophound store at {self.root}: run `loophound ingest PATH --store "
                 f"{self.root}` first"
             )
-        con = duckdb.connect()
-        con.execute("SET TimeZone = 'UTC'")
+        con = db.connect()
         define_views(con, self)
         return con
 
@@ -258,7 +258,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
 def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM (VALUES (1)) WHERE false")
     if store.is_bare or not store.catalog.exists():
-        with duckdb.connect() as scratch:
+        with db.connect() as scratch:
             scratch.execute(CATALOG_SCHEMA)
             table = scratch.sql("SELECT * FROM inputs").to_arrow_table()
     else:
