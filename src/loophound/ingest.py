@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import db, formats
 from .formats.base import Format, FormatContext
@@ -273,12 +274,18 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
         values |= {"event_id": (input_id << 32) + int(row["line"]), "file": shown,
                    "format": fmt.name, "byte_offset": 0, "byte_length": 0}
         con.execute(f"INSERT INTO batch BY NAME SELECT {', '.join('?::' + c.sql_type + ' AS ' + c.name for c in COLUMNS)}",
-                    [values[c.name] for c in COLUMNS])
+                    [values[c.name] for c in COLUMNS]).fetchall()
     state = ReadState(next_line=data.count(b"\n") + 1, next_offset=len(data))
     rep.events, rep.new_bytes, rep.sha256, rep.lines = len(rows), len(data), digest, state.next_line - 1
     rep.status = "new" if known is None else "replaced"
+    batch_id = _next_id(store, "batches", "batch_id")
+    relative = f"events/{input_id:05d}-{batch_id:07d}.parquet"
+    if rows:
+        target = str(store.root / relative).replace("'", "''")
+        con.execute(f"COPY batch TO '{target}' (FORMAT parquet)")
     _commit(store, con, path, shown, fmt, known, input_id, state, [], digest, head_bytes=data[:HEAD_LEN],
             ended_without_newline=False, first_offset=0, range_sha=digest, compressed=False,
+            batch_id=batch_id, events_file=relative if rows else None, events=len(rows),
             replace=known is not None)
     con.close()
     return rep
@@ -317,7 +324,8 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                             options={"mapping": options.mapping} if options.mapping else {})
         con = db.connect()
         create_batch_table(con)
-        _stored_events_view(con, store, input_id)
+        batch_id = _next_id(store, "batches", "batch_id")
+        sink = _ChunkSink(con, fmt, ctx, store, batch_id)
         rejected: list[Rejected] = []
         first_offset = state.next_offset
         skip_newline = known is not None and known.ended_without_newline
@@ -338,20 +346,22 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
             elif first:
                 stream = _Prepend(first, stream)
         mapper = _Mapper(con, fmt, ctx)
-        for batch in _read_ahead(read_lines(stream, state, max_line_bytes=options.max_line_bytes,
-                                            on_bytes=on_bytes)):
-            rejected.extend(mapper.map(batch))
-        ended_without_newline = False
-        if state.partial is not None and state.tail and _is_json_object(state.tail):
-            batch = complete_partial(state.tail, state)
-            rejected.extend(mapper.map(batch))
-            state.next_line += 1
-            state.next_offset += len(state.tail)
-            state.partial, state.tail = None, b""
-            ended_without_newline = True
-        if fmt.finish:
-            fmt.finish(con, ctx)
-        events = con.execute("SELECT count(*) FROM batch").fetchone()[0]
+        try:
+            for batch in _read_ahead(read_lines(stream, state, on_bytes=on_bytes,
+                                                max_line_bytes=options.max_line_bytes)):
+                rejected.extend(mapper.map(batch))
+                sink.flush()
+            ended_without_newline = False
+            if state.partial is not None and state.tail and _is_json_object(state.tail):
+                batch = complete_partial(state.tail, state)
+                rejected.extend(mapper.map(batch))
+                sink.flush()
+                state.next_line += 1
+                state.next_offset += len(state.tail)
+                state.partial, state.tail = None, b""
+                ended_without_newline = True
+        finally:
+            events = sink.close()
         rep.events, rep.new_bytes = events, state.next_offset - first_offset
         rep.quarantined = Counter(r.reason for r in rejected)
         rep.lines = state.next_line - 1
@@ -371,8 +381,9 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
             rep.status = "renamed" if rep.status == "unchanged" else rep.status
         _commit(store, con, path, shown, fmt, known, input_id, state, rejected, digest,
                 head_bytes=_head_of(path), ended_without_newline=ended_without_newline,
-                first_offset=first_offset, range_sha=range_hash.hexdigest() if first_offset else digest,
-                compressed=compressed)
+                first_offset=first_offset, compressed=compressed, batch_id=batch_id,
+                range_sha=range_hash.hexdigest() if first_offset else digest,
+                events_file=sink.relative if events else None, events=events)
         con.close()
 
 
@@ -429,16 +440,68 @@ def _is_json_object(raw: bytes) -> bool:
         return False
 
 
-def _stored_events_view(con: duckdb.DuckDBPyConnection, store: Store, input_id: int) -> None:
-    """Earlier events of this input, for formats that join across appended batches."""
-    files = store.committed_files()["events"]
-    lo, hi = input_id << 32, (input_id + 1) << 32
-    if files:
-        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        con.execute(f"CREATE OR REPLACE TEMP VIEW stored_events AS SELECT * FROM "
-                    f"read_parquet([{listed}]) WHERE event_id >= {lo} AND event_id < {hi}")
-    else:
-        con.execute("CREATE OR REPLACE TEMP VIEW stored_events AS SELECT * FROM batch WHERE false")
+NARROW = "event_id, line, ts, kind, corr_id, actor, session, action"
+
+
+class _ChunkSink:
+    """Finishes each mapped chunk and streams it into the batch's one Parquet file.
+
+    Chunks go to disk as they are done, so memory holds one chunk plus a narrow index of the
+    file's rows (`file_rows`), which formats join against through `stored_events`."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
+                 store: Store, batch_id: int):
+        self.con, self.fmt, self.ctx = con, fmt, ctx
+        self.relative = f"events/{ctx.input_id:05d}-{batch_id:07d}.parquet"
+        self.path = store.root / self.relative
+        self.events = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.queue: queue.Queue = queue.Queue(maxsize=2)
+        self.failure: list[BaseException] = []
+        self.thread = threading.Thread(target=self._write, daemon=True)
+        self.thread.start()
+        con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
+        files = store.committed_files()["events"]
+        lo, hi = ctx.input_id << 32, (ctx.input_id + 1) << 32
+        earlier = ""
+        if files:
+            listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            earlier = (f"SELECT {NARROW} FROM read_parquet([{listed}], union_by_name = true) "
+                       f"WHERE event_id >= {lo} AND event_id < {hi} UNION ALL ")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW stored_events AS {earlier}"
+                    f"SELECT {NARROW} FROM file_rows")
+
+    def flush(self) -> None:
+        con = self.con
+        if not con.execute("SELECT count(*) FROM batch").fetchall()[0][0]:
+            return
+        if self.fmt.finish:
+            self.fmt.finish(con, self.ctx)
+        table = con.sql("SELECT * FROM batch").to_arrow_table()
+        con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch").fetchall()
+        con.execute("DELETE FROM batch").fetchall()
+        self.events += table.num_rows
+        if self.failure:
+            raise self.failure[0]
+        self.queue.put(table)
+
+    def _write(self) -> None:
+        while (table := self.queue.get()) is not None:
+            try:
+                if self.writer is None:
+                    self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+                self.writer.write_table(table)
+            except BaseException as exc:  # handed to the ingesting thread
+                self.failure.append(exc)
+
+    def close(self) -> int:
+        self.queue.put(None)
+        self.thread.join()
+        if self.writer is not None:
+            self.writer.close()
+        if self.failure:
+            raise self.failure[0]
+        return self.events
 
 
 def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBatch]:
@@ -493,7 +556,7 @@ class _Mapper:
         view = "SELECT * FROM raw_all" + (" WHERE json_valid(text)" if bad else "")
         con.execute(f"CREATE OR REPLACE TEMP VIEW raw AS {view}")
         self._find_unknown_keys()
-        con.execute(self._insert_sql(), {"file": self.ctx.display_path})
+        con.execute(self._insert_sql(), {"file": self.ctx.display_path}).fetchall()
         con.unregister("raw_all")
         return batch.rejected
 
@@ -572,12 +635,13 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
 
 def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     out = []
-    missing_ts = con.execute("SELECT count(*) FROM batch WHERE ts IS NULL").fetchone()[0]
+    missing_ts = con.execute("SELECT count(*) FROM file_rows WHERE ts IS NULL").fetchall()[0][0]
     if missing_ts:
         out.append(f"{missing_ts:,} events have no readable timestamp: kept, but left out of "
                    "rate and timing analysis")
     back = con.execute("""SELECT count(*), max(prev - ts) FROM (
-        SELECT ts, lag(ts IGNORE NULLS) OVER (ORDER BY line) AS prev FROM batch) WHERE ts < prev""").fetchone()
+        SELECT ts, lag(ts IGNORE NULLS) OVER (ORDER BY line) AS prev FROM file_rows)
+        WHERE ts < prev""").fetchall()[0]
     if back[0]:
         out.append(f"{back[0]:,} events are earlier than the line before them (largest step "
                    f"back {back[1]}): the views sort by time where order matters")
@@ -586,22 +650,17 @@ def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def _next_id(store: Store, table: str, column: str) -> int:
     with store.catalog_connection(read_only=True) as con:
-        return con.execute(f"SELECT coalesce(max({column}), 0) + 1 FROM {table}").fetchone()[0]
+        return con.execute(f"SELECT coalesce(max({column}), 0) + 1 FROM {table}").fetchall()[0][0]
 
 
 def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str, fmt: Format,
             known: Known | None, input_id: int, state: ReadState, rejected: list[Rejected],
             digest: str, head_bytes: bytes, ended_without_newline: bool, first_offset: int,
-            range_sha: str, compressed: bool, replace: bool = False) -> None:
-    """Write the batch's Parquet files, then make them visible in one catalog transaction."""
-    batch_id = _next_id(store, "batches", "batch_id")
-    events = con.execute("SELECT count(*) FROM batch").fetchone()[0]
-    ev_rel = qu_rel = None
-    if events:
-        ev_rel = f"events/{input_id:05d}-{batch_id:07d}.parquet"
-        target = str(store.root / ev_rel).replace("'", "''")
-        con.execute(f"COPY (SELECT * FROM batch ORDER BY line) TO '{target}' "
-                    "(FORMAT parquet, COMPRESSION zstd)")
+            range_sha: str, compressed: bool, batch_id: int, events_file: str | None,
+            events: int, replace: bool = False) -> None:
+    """Write the quarantine's Parquet file, then make the batch visible in one catalog
+    transaction: until it commits, the batch's files are orphans the next run deletes."""
+    ev_rel, qu_rel = events_file, None
     if rejected:
         qu_rel = f"quarantine/{input_id:05d}-{batch_id:07d}.parquet"
         table = pa.table({

@@ -69,7 +69,7 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict) -> No
     with store.writing():
         with store.catalog_connection(read_only=True) as cat:
             run_id = cat.execute("SELECT coalesce(max(run_id), 0) + 1 FROM findings_runs"
-                                 ).fetchone()[0]
+                                 ).fetchall()[0][0]
         (store.root / "findings").mkdir(exist_ok=True)
         f_rel = f"findings/findings-{run_id:06d}.parquet"
         e_rel = f"findings/finding-events-{run_id:06d}.parquet"

@@ -181,7 +181,8 @@ class Store:
                 "ORDER BY batch_id").fetchall()]
             last = con.execute(
                 "SELECT findings_file, finding_events_file FROM findings_runs "
-                "ORDER BY run_id DESC LIMIT 1").fetchone()
+                "ORDER BY run_id DESC LIMIT 1").fetchall()
+            last = last[0] if last else None
         root = self.root.resolve()
         fi = [str(root / last[0])] if last and last[0] else []
         fe = [str(root / last[1])] if last and last[1] else []

@@ -111,7 +111,7 @@ def _count_units(con: duckdb.DuckDBPyConnection, f: Finding, table: str = "claim
         f"SELECT count(*) FROM {table} c JOIN events e USING (event_id) "
         "WHERE c.finding_id = ? AND list_contains(?, e.kind)",
         [f.id, list(f.unit_kinds)],
-    ).fetchone()[0]
+    ).fetchall()[0][0]
 
 
 def _evidence(con: duckdb.DuckDBPyConnection, f: Finding) -> list[dict]:
@@ -146,7 +146,7 @@ def totals(con: duckdb.DuckDBPyConnection) -> Totals:
              coalesce(sum(CASE WHEN ec.cost_status = 'unpriced' THEN ec.tokens END), 0),
              min(e.ts), max(e.ts)
       FROM events e LEFT JOIN event_costs ec USING (event_id)""",
-                      {"units": list(UNIT_KINDS_ALL)}).fetchone()
+                      {"units": list(UNIT_KINDS_ALL)}).fetchall()[0]
     status = dict(con.execute(
         "SELECT cost_status, count(*) FROM event_costs GROUP BY 1 ORDER BY 1").fetchall())
     return Totals(row[0], row[1], int(row[2]), int(row[3]),

@@ -161,7 +161,8 @@ def _terminal_signal(con: duckdb.DuckDBPyConnection, r: dict) -> dict | None:
              AND (action IN ('session.close', 'session.end', 'close') OR action LIKE '%.close')
            ORDER BY ts DESC, line DESC LIMIT 1""",
         [r["session"], r["start"]],
-    ).fetchone()
+    ).fetchall()
+    row = row[0] if row else None
     if row:
         return {"file": row[0], "line": row[1], "at": row[2],
                 "note": f"`{row[3]}` closed session {r['session']} before the first failure, "

@@ -62,7 +62,7 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     earlier = """UNION ALL SELECT corr_id, action, session, actor FROM stored_events
             WHERE kind = 'request' AND corr_id IN (SELECT corr_id FROM batch
                                                    WHERE kind IN ('response', 'lifecycle'))"""
-    if not con.execute("SELECT count(*) FROM stored_events").fetchone()[0]:
+    if not con.execute("SELECT count(*) FROM stored_events").fetchall()[0][0]:
         earlier = ""
     con.execute(f"""
       UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor)
@@ -80,12 +80,12 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
     idless = con.execute(
         "SELECT count(*) FROM batch WHERE corr_id IS NULL AND kind IN ('request', 'response', "
         "'lifecycle')"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if not idless:
         return
     before = con.execute(
         "SELECT max(line) FROM stored_events WHERE kind = 'request'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE batch AS

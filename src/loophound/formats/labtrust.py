@@ -123,12 +123,12 @@ def select_sql(ctx: FormatContext) -> str:
 def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Number the episodes over the whole file (earlier batches included) and give LLM lines
     the time and episode of their step, and attempts the backend of their proposal."""
-    if not con.execute("SELECT count(*) FROM batch").fetchone()[0]:
+    if not con.execute("SELECT count(*) FROM batch").fetchall()[0][0]:
         return
     earlier = """UNION ALL
         SELECT line, kind, ts, corr_id, actor, false AS fresh FROM stored_events
         WHERE line < (SELECT min(line) FROM batch)"""
-    if not con.execute("SELECT count(*) FROM stored_events").fetchone()[0]:
+    if not con.execute("SELECT count(*) FROM stored_events").fetchall()[0][0]:
         earlier = ""
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE _lt AS

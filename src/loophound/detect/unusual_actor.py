@@ -1,0 +1,385 @@
+"""unusual_actor: an actor whose behaviour in some time window is unlike the rest of the log.
+
+The anomaly-detection half of loophound: no rule names the pattern, the data does. Each actor's
+unit events (falling back to the session when a log has no actor, as trimmed bproxy excerpts)
+are cut into windows of one width per format: the smallest of 1 s … 1 day that splits the busy
+span (1st–99th percentile of event times) into at most `target_windows`. A window with at
+least `min_events` events becomes one row of features:
+
+- `rate_per_min`: events per minute;
+- `error_share`: share of events that failed; `distinct_errors`: how many different errors;
+- `distinct_targets`: different (target, session) pairs addressed;
+- `repeat_share`: share of events repeating the actor's previous (action, error) exactly;
+- `gap_cv`: coefficient of variation of the gaps between the actor's events (low = regular);
+- `tokens_per_event`: LLM tokens per event.
+
+scikit-learn's IsolationForest (fixed `random_state`, so the same store always gives the same
+findings) scores every window against all the others. A window is unusual when its score is at
+least `score_threshold`, it is among the top `max_share` of windows, and at least one feature
+deviates in a loop-like direction (more events, errors, repeats or tokens, more regular gaps,
+an unusual number of targets) by `min_z` robust z-scores from the median window. Adjacent
+unusual windows of one actor are merged into one finding that lists those z-scores.
+
+Scoring needs `min_windows` windows from `min_actors` actors: a small log has no "rest of the
+log" to compare with, and gives nothing. An outlier is a lead, not a verdict, so severity is
+capped at medium. The choice made here: this detector cannot see other findings, so it checks
+three simple rule signals itself and says which fired in `details.corroborated_by`:
+`repeated_error` (≥ `corroborate_count` events, nearly all failed and nearly all repeats),
+`metronome` (gap CV under 0.1 over ≥ `corroborate_count` events) and `rate_spike` (a window
+rate ≥ 10× the actor's own median window and faster than 1/s). Corroborated windows are medium,
+the rest low; attribution (rank 90, the weakest) hands shared events to the rule findings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+from .base import Detector, Finding, param
+from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s
+
+EPOCH = dt.datetime(1970, 1, 1)
+FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
+            "repeat_share", "gap_cv", "tokens_per_event")
+# +1: loop-like when high (a storm, a fan-out), -1: when low (metronome-regular gaps)
+DIRECTION = {"rate_per_min": 1, "error_share": 1, "distinct_errors": 1, "distinct_targets": 1,
+             "repeat_share": 1, "gap_cv": -1, "tokens_per_event": 1}
+
+
+@dataclass
+class Params:
+    target_windows: int = param(40, "window width: the smallest of 1 s … 1 day that splits the "
+                                    "busy span of a format into at most this many windows")
+    min_events: int = param(5, "events an actor needs in a window for the window to be scored")
+    min_windows: int = param(20, "windows (all actors) needed before anything is scored")
+    min_actors: int = param(2, "actors needed before anything is scored")
+    n_estimators: int = param(100, "trees in the IsolationForest")
+    random_state: int = param(0, "seed of the IsolationForest: fixed, so results repeat")
+    score_threshold: float = param(0.62, "IsolationForest anomaly score (0.5 = ordinary, 1 = "
+                                         "isolated at once) a window needs")
+    max_share: float = param(0.05, "at most this share of all windows (the highest scores) "
+                                   "can be unusual")
+    min_z: float = param(3.0, "robust z-score (vs the median window) a loop-like feature needs")
+    corroborate_count: int = param(10, "events a window needs for a rule signal to corroborate")
+
+
+EVENTS_SQL = """
+SELECT w.fid, hash(e.format, coalesce(e.actor, 'session ' || e.session)) AS who,
+       epoch_ms(e.ts) AS t, e.event_id,
+       hash(e.action, e.error) AS act, hash(e.error) AS err, e.error IS NOT NULL AS has_error,
+       hash(e.target, e.session) AS tgt, (e.ok IS FALSE OR e.error IS NOT NULL) AS failed,
+       coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS tok,
+       (epoch_ms(e.ts) - w.origin) // w.width AS win
+FROM events e JOIN _ua_widths w ON w.format = e.format
+WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL
+  AND (e.actor IS NOT NULL OR e.session IS NOT NULL)
+"""
+
+
+SCOPE_COND = {"actor": "e.actor = $key", "session": "e.actor IS NULL AND e.session = $key"}
+
+
+def _claim_sql(scope: str) -> str:
+    cond = SCOPE_COND[scope]
+    return f"""
+SELECT e.event_id FROM events e
+WHERE list_contains($kinds, e.kind) AND e.format = $format AND e.ts BETWEEN $start AND $stop
+  AND {cond}
+UNION ALL
+SELECT o.event_id FROM events o
+WHERE o.kind IN ('response', 'lifecycle') AND o.format = $format
+  AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
+  AND (o.file, o.corr_id) IN (
+    SELECT (e.file, e.corr_id) FROM events e
+    WHERE e.kind = 'request' AND e.format = $format AND e.ts BETWEEN $start AND $stop
+      AND e.corr_id IS NOT NULL AND {cond})
+"""
+
+
+def robust_z(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """z-scores of every cell against its column's median, scaled by 1.4826·MAD (or, when
+    most windows share one value, the standard deviation; never below 1e-3 of the range)."""
+    med = np.median(X, axis=0)
+    mad = 1.4826 * np.median(np.abs(X - med), axis=0)
+    std = X.std(axis=0)
+    span = X.max(axis=0) - X.min(axis=0)
+    scale = np.where(mad > 0, mad, np.where(std > 0, std, 1.0))
+    scale = np.maximum(scale, 1e-3 * np.maximum(span, 1e-9))
+    return (X - med) / scale, med, scale
+
+
+def _group_median(values: np.ndarray, gid: np.ndarray, n_groups: int) -> np.ndarray:
+    """Median of `values` per group id (NaN for empty groups)."""
+    out = np.full(n_groups, np.nan)
+    if not len(values):
+        return out
+    order = np.lexsort((values, gid))
+    v, g = values[order], gid[order]
+    counts = np.bincount(g, minlength=n_groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    has = counts > 0
+    lo = starts[has] + (counts[has] - 1) // 2
+    hi = starts[has] + counts[has] // 2
+    out[has] = (v[lo] + v[hi]) / 2
+    return out
+
+
+def _group_distinct(values: np.ndarray, gid: np.ndarray, n_groups: int) -> np.ndarray:
+    """How many distinct `values` each group id has."""
+    if not len(values):
+        return np.zeros(n_groups)
+    order = np.lexsort((values, gid))
+    v, g = values[order], gid[order]
+    new = np.ones(len(v), bool)
+    new[1:] = (v[1:] != v[:-1]) | (g[1:] != g[:-1])
+    return np.bincount(g[new], minlength=n_groups).astype(float)
+
+
+def windows(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[dict], dict[str, int]]:
+    """Feature rows of every (actor, window) with at least `min_events` unit events, computed
+    in numpy from one scan (sorting in SQL window functions is the slow part at 1 M events)."""
+    kinds = list(UNIT_KINDS)
+    spans = con.execute(SPAN_SQL, {"kinds": kinds}).fetchall()
+    if not spans:
+        return [], {}
+    widths = []
+    for fid, (fmt, _n, lo, q1, q99) in enumerate(spans):
+        w = bucket_width_s(max((q99 - q1) / 1000.0, 1.0), p.target_windows) * 1000
+        widths.append((fid, fmt, w, (lo // w) * w))
+    con.execute("CREATE OR REPLACE TEMP TABLE _ua_widths (fid INTEGER, format VARCHAR, "
+                "width BIGINT, origin BIGINT)")
+    con.executemany("INSERT INTO _ua_widths VALUES (?, ?, ?, ?)", widths)
+    tb = con.sql(EVENTS_SQL, params={"kinds": kinds}).to_arrow_table()
+    con.execute("DROP TABLE _ua_widths")
+    if tb.num_rows == 0:
+        return [], {}
+    col = {name: tb.column(name).to_numpy(zero_copy_only=False) for name in tb.column_names}
+    order = np.lexsort((col["event_id"], col["t"], col["who"]))
+    c = {k: v[order] for k, v in col.items()}
+    m = len(order)
+    who, t, win = c["who"], c["t"].astype(np.int64), c["win"].astype(np.int64)
+    same_who = np.zeros(m, bool)
+    same_who[1:] = who[1:] == who[:-1]
+    start = ~same_who
+    start[1:] |= win[1:] != win[:-1]
+    gid = np.cumsum(start) - 1
+    n_groups = int(gid[-1]) + 1
+    firsts = np.flatnonzero(start)
+    n = np.bincount(gid, minlength=n_groups)
+    repeat = np.zeros(m, bool)
+    repeat[1:] = same_who[1:] & (c["act"][1:] == c["act"][:-1])
+    gaps_at = np.flatnonzero(~start)  # a gap to the previous event of the same window
+    gaps = (t[gaps_at] - t[gaps_at - 1]).astype(float)
+    ggid = gid[gaps_at]
+    med = _group_median(gaps, ggid, n_groups)
+    mad = _group_median(np.abs(gaps - med[ggid]), ggid, n_groups)
+    n_gaps = np.bincount(ggid, minlength=n_groups)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        robust_cv = np.where((n_gaps >= 2) & (med > 0), 1.4826 * mad / med, np.nan)
+    failed = c["failed"].astype(bool)
+    errors = _group_distinct(c["err"][c["has_error"]], gid[c["has_error"]], n_groups)
+    targets = _group_distinct(c["tgt"], gid, n_groups)
+    width_by_fid = {fid: w for fid, _f, w, _o in widths}
+    fids = c["fid"][firsts]
+    width_ms = np.array([width_by_fid[int(f)] for f in fids], float)
+    feats = {
+        "rate_per_min": n * 60_000.0 / width_ms,
+        "error_share": np.bincount(gid, failed, n_groups) / n,
+        "distinct_errors": errors,
+        "distinct_targets": targets,
+        "repeat_share": np.bincount(gid, repeat, n_groups) / n,
+        "gap_cv": robust_cv,
+        "tokens_per_event": np.bincount(gid, c["tok"].astype(float), n_groups) / n,
+    }
+    lasts = np.concatenate((firsts[1:], [m])) - 1
+    keep = np.flatnonzero(n >= p.min_events)
+    names = {}
+    if len(keep):
+        ids = [int(x) for x in c["event_id"][firsts[keep]]]
+        names = {r[0]: r[1:] for r in con.execute(
+            "SELECT event_id, format, actor, session FROM events WHERE list_contains($ids, event_id)",
+            {"ids": ids}).fetchall()}
+    rows = []
+    for g in keep:
+        fmt, actor, session = names[int(c["event_id"][firsts[g]])]
+        row = {"format": fmt, "actor": actor, "session": session if actor is None else None,
+               "who": actor if actor is not None else f"session {session}",
+               "win": int(win[firsts[g]]), "n": int(n[g]),
+               "start": _ts(int(t[firsts[g]])), "stop": _ts(int(t[lasts[g]])),
+               "width_ms": int(width_ms[g])}
+        for f in FEATURES:
+            v = float(feats[f][g])
+            row[f] = None if math.isnan(v) else v
+        rows.append(row)
+    rows.sort(key=lambda r: (r["format"], r["who"], r["win"]))
+    return rows, {f: w for _i, f, w, _o in widths}
+
+
+def _ts(ms: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(milliseconds=ms)
+
+
+def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
+    wins, width_of = windows(con, p)
+    if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
+        return []
+
+    X = np.array([[w[f] if w[f] is not None else math.nan for f in FEATURES] for w in wins], float)
+    # a window without gaps to measure gets the median regularity, not an outlier
+    for c in range(X.shape[1]):
+        col = X[:, c]
+        if np.isnan(col).any():
+            fill = np.nanmedian(col) if (~np.isnan(col)).any() else 0.0
+            col[np.isnan(col)] = fill
+    X[:, 0] = np.log10(X[:, 0] + 1e-3)  # rates span orders of magnitude
+    X[:, 6] = np.log10(X[:, 6] + 1.0)
+
+    from sklearn.ensemble import IsolationForest  # heavy import: only when there is work
+
+    forest = IsolationForest(n_estimators=p.n_estimators, random_state=p.random_state,
+                             contamination="auto", n_jobs=1)
+    forest.fit(X)
+    scores = -forest.score_samples(X)
+    z, med, _ = robust_z(X)
+    cutoff = np.quantile(scores, 1 - p.max_share)
+    flagged = [i for i in range(len(wins)) if scores[i] >= p.score_threshold
+               and scores[i] >= cutoff and _loop_like(X[i], z[i], med, p.min_z)]
+
+    # the actor's own median window rate, for the rate_spike signal
+    rates: dict[tuple, list[float]] = {}
+    for w in wins:
+        rates.setdefault((w["format"], w["who"]), []).append(w["rate_per_min"])
+    own_rate = {k: float(np.median(v)) for k, v in rates.items()}
+    groups: list[list[int]] = []
+    for i in flagged:
+        w = wins[i]
+        if groups:
+            prev = wins[groups[-1][-1]]
+            if (prev["format"], prev["who"]) == (w["format"], w["who"]) and w["win"] - prev["win"] <= 1:
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    findings = [_finding(con, wins, g, scores, X, z, med, own_rate, width_of, p) for g in groups]
+    return sorted(findings, key=lambda f: (f.start, f.key))
+
+
+# how far past the median window a feature must also be, in its own units (after the log
+# transform for rates and tokens), so that 2 targets against 1 is not "unusual"
+MIN_DEVIATION = {"rate_per_min": 0.5, "error_share": 0.3, "distinct_errors": 2.0,
+                 "distinct_targets": 3.0, "repeat_share": 0.3, "gap_cv": 0.2,
+                 "tokens_per_event": 0.3}
+
+
+def _loop_like(row: np.ndarray, zrow: np.ndarray, med: np.ndarray, min_z: float) -> list[str]:
+    """The features on which a window deviates from the median window in a loop-like way."""
+    out = []
+    for c, f in enumerate(FEATURES):
+        d, dev = DIRECTION[f], row[c] - med[c]
+        if d >= 0 and zrow[c] >= min_z and dev >= MIN_DEVIATION[f]:
+            out.append(f)
+        elif d <= 0 and zrow[c] <= -min_z and -dev >= MIN_DEVIATION[f]:
+            out.append(f)
+    return out
+
+
+def _signals(w: dict, own: float, p: Params) -> list[str]:
+    out = []
+    if w["n"] >= p.corroborate_count and w["error_share"] >= 0.9 and w["repeat_share"] >= 0.9:
+        out.append("repeated_error")
+    if w["n"] >= p.corroborate_count and w["gap_cv"] is not None and w["gap_cv"] < 0.1:
+        out.append("metronome")
+    if own > 0 and w["rate_per_min"] >= 10 * own and w["rate_per_min"] >= 60:
+        out.append("rate_spike")
+    return out
+
+
+def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate, width_of,
+             p: Params) -> Finding:
+    ws = [wins[i] for i in group]
+    best = max(group, key=lambda i: (scores[i], -i))
+    top = wins[best]
+    fmt, who = top["format"], top["who"]
+    scope = "actor" if top["actor"] is not None else "session"
+    key_value = top["actor"] if scope == "actor" else top["session"]
+    start, stop = min(w["start"] for w in ws), max(w["stop"] for w in ws)
+    n = sum(w["n"] for w in ws)
+    zs = {f: float(z[best, c]) for c, f in enumerate(FEATURES)}
+    raw = {f: top[f] for f in FEATURES}
+    median = {f: float(10 ** med[c] - 1e-3) if f == "rate_per_min" else
+              float(10 ** med[c] - 1.0) if f == "tokens_per_event" else float(med[c])
+              for c, f in enumerate(FEATURES)}
+    loop_like = _loop_like(X[best], z[best], med, p.min_z)
+    unusual = sorted(loop_like, key=lambda f: (-abs(zs[f]), f))[:4]
+    signals = sorted({s for w in ws for s in _signals(w, own_rate[(fmt, who)], p)})
+    severity = "medium" if signals else "low"
+    explain = ", ".join(f"{f.replace('_', ' ')} {_fmt(raw[f])} (median window {_fmt(median[f])}, "
+                        f"z {zs[f]:+.1f})" for f in unusual)
+    width_s = width_of[fmt] / 1000
+    title = (f"{who} behaved unlike the rest of the log for {len(ws)} window(s) of "
+             f"{_human(width_s)}: {', '.join(f.replace('_', ' ') for f in unusual[:2])}")
+    summary = (
+        f"IsolationForest scored {who}'s busiest-scoring window ({top['start']:%Y-%m-%d %H:%M:%S}, "
+        f"{top['n']:,} events) {scores[best]:.2f} against {len(wins):,} windows of the log "
+        f"(threshold {p.score_threshold:g}): {explain}. "
+        + (f"Simple rules agree ({', '.join(signals)}), so look at it first." if signals else
+           "No simple rule agrees: an outlier worth a look, not a loop by itself.")
+    )
+    params = {"kinds": list(UNIT_KINDS), "format": fmt, "start": start, "stop": stop,
+              "key": key_value}
+    return Finding(
+        detector="unusual_actor",
+        key=f"{fmt}|{who}|{start:%Y-%m-%dT%H:%M:%S}",
+        severity=severity, title=title, summary=summary,
+        recommendation=(
+            "Read the windows' events before acting: if they are a loop, cap the actor's rate "
+            "and add a circuit breaker on repeated identical actions or errors; if they are "
+            "legitimate (a batch job, a new workload), raise `unusual_actor.score_threshold` "
+            "or exclude the actor."),
+        start=start, end=stop,
+        actors=[top["actor"]] if top["actor"] else [],
+        targets=[],
+        sessions=[r[0] for r in con.execute(
+            f"SELECT DISTINCT e.session FROM events e WHERE list_contains($kinds, e.kind) "
+            f"AND e.format = $format AND e.ts BETWEEN $start AND $stop AND {SCOPE_COND[scope]} "
+            f"AND e.session IS NOT NULL ORDER BY 1 LIMIT 5", params).fetchall()],
+        claim_sql=_claim_sql(scope), claim_params=params,
+        unit_kinds=UNIT_KINDS,
+        details={
+            "format": fmt, "who": who, "window_s": width_s, "windows": len(ws), "events": n,
+            "score": float(scores[best]), "scores": [float(scores[i]) for i in group],
+            "score_threshold": p.score_threshold, "windows_scored": len(wins),
+            "features": raw, "median_window": median, "z_scores": zs,
+            "unusual_features": unusual, "corroborated_by": signals,
+            "evidence": [],
+        },
+    )
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.3g}"
+    return f"{v:,}"
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+DETECTOR = Detector(
+    name="unusual_actor",
+    description="an actor whose behaviour in a time window is unlike the rest of the log "
+                "(IsolationForest; at most medium)",
+    params=Params,
+    run=run,
+    rank=90,
+)
