@@ -27,7 +27,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("format", "VARCHAR", "format module that read the line (`loophound formats`)"),
     Column("kind", "VARCHAR", "request, response, lifecycle, connection, config, message, "
            "room_post, trigger, session_start, session_end, step, llm_call, repair_attempt, "
-           "audit, record"),
+           "audit, episode_metrics, record"),
     Column("event_type", "VARCHAR", "the format's own name for the line (`received`, "
            "`hook_fired`, `LLM_COORD_PROPOSAL`, ...)"),
     Column("actor", "VARCHAR", "who acted: sender, caller, agent (bproxy: `pid:ownerHash`)"),
@@ -58,7 +58,7 @@ QUARANTINE_COLUMNS: tuple[Column, ...] = (
     Column("byte_offset", "BIGINT", "offset of the line's first byte"),
     Column("byte_length", "BIGINT", "bytes the line occupies, newline included"),
     Column("reason", "VARCHAR", "why it is not an event: invalid_utf8, invalid_json, "
-           "not_an_object, line_too_long, truncated_last_line, binary"),
+           "not_an_object, blank, line_too_long, truncated_last_line, binary"),
     Column("detail", "VARCHAR", "human-readable detail"),
     Column("preview", "VARCHAR", "the first 200 bytes, undecodable bytes escaped"),
 )
