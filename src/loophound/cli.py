@@ -158,25 +158,38 @@ SEVERITIES = ("low", "medium", "high", "critical")
 
 
 def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
-          prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False):
-    """Ingest PATHs (if any), then detect and attribute; errors become messages."""
+          prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
+          incremental: bool = False, wait: bool = True, alert_on: str = "high"):
+    """Ingest PATHs (if any), then detect and attribute, all under one hold of the store's
+    write lock; errors become messages. Returns (ScanResult or None, IngestReport or None):
+    None when `incremental` and nothing new arrived since the last scan."""
     from .attribute.costs import DEFAULT_COST_PER_CALL, load_cost_model
     from .detect import ConfigError
     from .scan import scan_store
+    from .watch import previous_findings
 
-    if paths:
-        report = run_ingest(paths, store, None, None, 16 * 1024 * 1024, quiet=quiet)
-        if not quiet:
-            print_ingest_report(report, store)
-    s = _open_store(store)
+    s = Store(store)
+
+    def on_wait() -> None:
+        err.print(f"waiting: another loophound process is writing to {store} ...")
+
     try:
-        costs = load_cost_model(prices, DEFAULT_COST_PER_CALL if cost_per_call is None
-                                else (cost_per_call if cost_per_call >= 0 else None))
-        return scan_store(s, config, set_ or [], costs)
-    except (ConfigError, ValueError) as exc:
+        with s.writing(wait=wait, on_wait=on_wait):
+            report = None
+            if paths:
+                report = run_ingest(paths, store, None, None, 16 * 1024 * 1024, quiet=quiet)
+                if not quiet:
+                    print_ingest_report(report, store)
+            s = _open_store(store)
+            if (incremental and report is not None and not report.events
+                    and not report.quarantined and previous_findings(s)):
+                return None, report
+            costs = load_cost_model(prices, DEFAULT_COST_PER_CALL if cost_per_call is None
+                                    else (cost_per_call if cost_per_call >= 0 else None))
+            return scan_store(s, config, set_ or [], costs, alert_on=alert_on), report
+    except (ConfigError, ValueError, StoreBusy) as exc:
         fail(str(exc))
-    except StoreBusy as exc:
-        fail(str(exc))
+    raise AssertionError("unreachable")
 
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML file of detector "
@@ -188,6 +201,16 @@ PricesOpt = Annotated[Path | None, typer.Option("--prices", help="TOML price tab
 CallCostOpt = Annotated[float | None, typer.Option(
     "--cost-per-call", help="Assumed USD per agent call for logs without tokens (bproxy requests, "
                             "sven messages); negative to leave them unpriced. Default 0.002.")]
+
+
+AlertsOpt = Annotated[Path | None, typer.Option("--alerts", help="Append alerts (JSON lines) "
+                                                "to this file instead of standard output.")]
+WebhookOpt = Annotated[str | None, typer.Option("--webhook", help="POST each alert as JSON to "
+                                                "this URL.")]
+AlertOnOpt = Annotated[str, typer.Option("--alert-on", help="Least severity that alerts: low, "
+                                         "medium, high, critical.")]
+NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Exit at once (status 2) if another "
+                                         "loophound process is writing to the store.")]
 
 
 def print_findings(doc: dict) -> None:
@@ -220,8 +243,16 @@ def scan_cmd(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the findings "
                                                   "(loophound.findings/v1) to this file; - for "
                                                   "standard output.")] = None,
-    fail_on: Annotated[str, typer.Option(help="Exit 1 when a finding is at least this severe: "
-                                         "low, medium, high, critical or never.")] = "high",
+    fail_on: Annotated[str, typer.Option(help="Exit 1 when a finding (with --incremental: an "
+                                         "alert) is at least this severe: low, medium, high, "
+                                         "critical or never.")] = "high",
+    incremental: Annotated[bool, typer.Option("--incremental", help="For cron: read only new "
+                                              "bytes, print only alerts (new or escalated "
+                                              "findings) as JSON lines.")] = False,
+    alerts: AlertsOpt = None,
+    webhook: WebhookOpt = None,
+    alert_on: AlertOnOpt = "high",
+    no_wait: NoWaitOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     prices: PricesOpt = None,
@@ -233,20 +264,69 @@ def scan_cmd(
 
     Example: loophound scan sample_logs/ --json findings.json --fail-on critical
     """
-    if fail_on not in SEVERITIES + ("never",):
-        fail(f"--fail-on must be one of {', '.join(SEVERITIES)}, never; got {fail_on!r}")
-    result = _scan(paths or [], store, config, set_ or [], prices, cost_per_call,
-                   quiet=json_out is not None and str(json_out) == "-")
-    from .findings_json import dumps
-
-    if json_out is not None:
-        if str(json_out) == "-":
-            sys.stdout.write(dumps(result.document))
-        else:
-            json_out.write_text(dumps(result.document))
+    for name, value in (("--fail-on", fail_on), ("--alert-on", alert_on)):
+        if value not in SEVERITIES + ("never",):
+            fail(f"{name} must be one of {', '.join(SEVERITIES)}, never; got {value!r}")
+    if incremental:
+        raise typer.Exit(incremental_scan(paths or [], store, fail_on, alerts, webhook, alert_on,
+                                          not no_wait, config, set_ or [], prices, cost_per_call,
+                                          json_out))
+    result, _ = _scan(paths or [], store, config, set_ or [], prices, cost_per_call,
+                      quiet=json_out is not None and str(json_out) == "-", wait=not no_wait)
+    _write_json(result.document, json_out)
     if json_out is None or str(json_out) != "-":
         print_findings(result.document)
     raise typer.Exit(exit_status(result.document, fail_on))
+
+
+def _write_json(doc: dict, json_out: Path | None) -> None:
+    from .findings_json import dumps
+
+    if json_out is None:
+        return
+    if str(json_out) == "-":
+        sys.stdout.write(dumps(doc))
+    else:
+        json_out.write_text(dumps(doc))
+
+
+def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path | None,
+                     webhook: str | None, alert_on: str, wait: bool, config: Path | None,
+                     set_: list[str], prices: Path | None, cost_per_call: float | None,
+                     json_out: Path | None = None) -> int:
+    """One scheduled scan: new bytes only, alerts only for new or escalated findings.
+    Returns the exit status."""
+    import json as _json
+
+    from .watch import post_webhook
+
+    result, report = _scan(paths, store, config, set_, prices, cost_per_call, quiet=True,
+                           incremental=True, wait=wait, alert_on=alert_on)
+    new = f"{report.events:,} new events" if report else "no inputs named"
+    if result is None:
+        err.print(f"{new}; nothing to scan", highlight=False)
+        return 0
+    _write_json(result.document, json_out)
+    statuses = result.tracked.statuses
+    counts = {k: sum(1 for v in statuses.values() if v == k)
+              for k in ("new", "escalated", "growing", "ongoing", "ended")}
+    err.print(f"{new}; findings: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v),
+              highlight=False)
+    lines = [_json.dumps(a, sort_keys=True) for a in result.tracked.alerts]
+    if alerts is not None:
+        with alerts.open("a", encoding="utf-8") as fh:
+            fh.writelines(line + "\n" for line in lines)
+    else:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+    for a in result.tracked.alerts if webhook else []:
+        problem = post_webhook(webhook, a)
+        if problem:
+            err.print(f"[yellow]warning[/] {escape(problem)}", highlight=False)
+    if fail_on == "never":
+        return 0
+    floor = SEVERITIES.index(fail_on)
+    return int(any(SEVERITIES.index(a["severity"]) >= floor for a in result.tracked.alerts))
 
 
 def exit_status(doc: dict, fail_on: str) -> int:

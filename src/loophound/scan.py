@@ -21,6 +21,7 @@ from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import param_docs
 from .store import Store
+from .watch import Tracked, previous_findings, track
 
 
 @dataclass
@@ -29,6 +30,7 @@ class ScanResult:
     attributed: list[Attributed]
     totals: Totals
     con: duckdb.DuckDBPyConnection  # views + claims/owner tables, for the report
+    tracked: Tracked  # each finding's status against the previous scan, and the alerts
 
 
 def inputs_of(con: duckdb.DuckDBPyConnection) -> list[dict]:
@@ -51,20 +53,25 @@ def method(params: dict, costs: CostModel) -> dict:
 
 
 def scan_store(store: Store, config_file: Path | None = None, overrides: list[str] = (),
-               costs: CostModel | None = None, only: list[str] | None = None) -> ScanResult:
-    """Detect and attribute over `store`; the store keeps the findings (the last scan's)."""
+               costs: CostModel | None = None, only: list[str] | None = None,
+               alert_on: str = "high") -> ScanResult:
+    """Detect and attribute over `store`; the store keeps the findings (the last scan's),
+    each with its status against the scan before (new, growing, escalated, ongoing, ended)."""
     params = settings(config_file, overrides)
     costs = costs or load_cost_model()
+    before = previous_findings(store)
     con = store.connect()
     findings = run_detectors(con, params, only)
     attributed, totals = attribute(con, findings, costs)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
+    tracked = track(doc, before, alert_on)
     if store.catalog.exists():
-        save_findings(store, con, doc)
-    return ScanResult(doc, attributed, totals, con)
+        save_findings(store, con, doc, tracked.statuses)
+    return ScanResult(doc, attributed, totals, con, tracked)
 
 
-def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict) -> None:
+def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
+                  statuses: dict[str, str]) -> None:
     """Findings and the events each claims become Parquet files, committed like a batch."""
     with store.writing():
         with store.catalog_connection(read_only=True) as cat:
@@ -87,7 +94,7 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict) -> No
             "bytes": pa.array([r["bytes"] for r in rows], pa.int64()),
             "tokens": pa.array([r["tokens"] for r in rows], pa.int64()),
             "cost_usd": pa.array([r["cost_usd"] for r in rows], pa.float64()),
-            "status": pa.array([r.get("status") for r in rows], pa.string()),
+            "status": pa.array([statuses.get(r["id"]) for r in rows], pa.string()),
             "json": [json.dumps(r, sort_keys=True) for r in rows],
         })
         con.register("_findings", table)

@@ -95,10 +95,21 @@ class Store:
 
     # -- writing -----------------------------------------------------------------------
 
+    _held: dict[Path, int] = {}  # stores this process holds the write lock of (re-entrant)
+
     @contextmanager
     def writing(self, wait: bool = True, on_wait=None) -> Iterator[None]:
-        """Hold the store's write lock: one writer at a time, across processes."""
+        """Hold the store's write lock: one writer at a time, across processes. Re-entrant
+        within a process, so a scan can hold it across ingest, detection and saving."""
         self.root.mkdir(parents=True, exist_ok=True)
+        key = self.root.resolve()
+        if Store._held.get(key):
+            Store._held[key] += 1
+            try:
+                yield
+            finally:
+                Store._held[key] -= 1
+            return
         (self.root / "events").mkdir(exist_ok=True)
         (self.root / "quarantine").mkdir(exist_ok=True)
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -114,11 +125,13 @@ class Store:
                 if on_wait:
                     on_wait()
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            Store._held[key] = 1
             with self.catalog_connection() as con:
                 con.execute(CATALOG_SCHEMA)
             self._remove_orphans()
             yield
         finally:
+            Store._held.pop(key, None)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
