@@ -24,7 +24,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import db, formats
+from . import db, digest, formats
+from .digest import Sha256
 from .formats.base import Format, FormatContext
 from .lines import (
     MAX_LINE_BYTES,
@@ -40,6 +41,7 @@ from .schema import COLUMNS, QUARANTINE_COLUMNS
 from .store import Store, create_batch_table
 
 HEAD_LEN = 4096
+TAIL_LEN = 4096
 LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json"}
 
 
@@ -146,13 +148,16 @@ class Known:
     head_len: int
     ended_without_newline: bool
     format: str
+    sha_state: bytes | None  # SHA-256 midstate at `bytes` (resumable), when libcrypto is there
+    tail_sha256: str | None  # SHA-256 of the TAIL_LEN bytes before `bytes`
 
 
 def _known_inputs(store: Store) -> list[Known]:
     with store.catalog_connection(read_only=True) as con:
         rows = con.execute(
             "SELECT input_id, path, sha256, bytes, lines, head_sha256, head_len, "
-            "coalesce(ended_without_newline, false), format FROM inputs ORDER BY input_id"
+            "coalesce(ended_without_newline, false), format, sha_state, tail_sha256 "
+            "FROM inputs ORDER BY input_id"
         ).fetchall()
     return [Known(*r) for r in rows]
 
@@ -273,7 +278,8 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
         values = {c.name: row.get(c.name) for c in COLUMNS}
         values |= {"event_id": (input_id << 32) + int(row["line"]), "file": shown,
                    "format": fmt.name, "byte_offset": 0, "byte_length": 0}
-        con.execute(f"INSERT INTO batch BY NAME SELECT {', '.join('?::' + c.sql_type + ' AS ' + c.name for c in COLUMNS)}",
+        casts = ", ".join(f"?::{c.sql_type} AS {c.name}" for c in COLUMNS)
+        con.execute(f"INSERT INTO batch BY NAME SELECT {casts}",
                     [values[c.name] for c in COLUMNS]).fetchall()
     state = ReadState(next_line=data.count(b"\n") + 1, next_offset=len(data))
     rep.events, rep.new_bytes, rep.sha256, rep.lines = len(rows), len(data), digest, state.next_line - 1
@@ -291,33 +297,21 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
     return rep
 
 
-class _Hasher:
-    """SHA-256 of the bytes on disk, plus a checkpoint at the stored watermark."""
-
-    def __init__(self) -> None:
-        self.h = hashlib.sha256()
-        self.seen = 0
-
-    def update(self, data: bytes) -> None:
-        self.h.update(data)
-        self.seen += len(data)
-
-
 def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: Known | None,
                      options: IngestOptions, rep: FileReport, progress) -> None:
     compressed = compression_of(path) is not None
     with open_binary(path) as stream:
-        hasher = _Hasher()
-        state = ReadState()
+        hasher, state = Sha256(), ReadState()
         if known is not None:
-            if not _skip_verified(stream, hasher, known):
+            resumed = _resume(stream, path, known, compressed)
+            if resumed is None:
                 known = None
                 rep.warnings.append("the file starts like one read before but differs within "
                                     "the part already read: read as a new file")
                 stream.close()
                 stream = open_binary(path)
-                hasher = _Hasher()
             else:
+                hasher = resumed
                 state = ReadState(next_line=known.lines + 1, next_offset=known.bytes)
         input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
         ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
@@ -328,26 +322,35 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         sink = _ChunkSink(con, fmt, ctx, store, batch_id)
         rejected: list[Rejected] = []
         first_offset = state.next_offset
-        skip_newline = known is not None and known.ended_without_newline
         range_hash = hashlib.sha256()
+        recent = bytearray()  # the last TAIL_LEN consumed bytes: the next run's check
 
-        def on_bytes(chunk: bytes) -> None:
-            hasher.update(chunk)
+        def on_consumed(data: bytes) -> None:
+            hasher.update(data)
             if first_offset:
-                range_hash.update(chunk)
-            progress(hasher.seen)
+                range_hash.update(data)
+            recent.extend(data[-TAIL_LEN:])
+            del recent[:-TAIL_LEN]
 
-        if skip_newline:
+        read = 0
+
+        def on_read(n: int) -> None:
+            nonlocal read
+            read += n
+            progress(first_offset + read)
+
+        if known is not None and known.ended_without_newline:
             # the line read last had no newline then; if its newline came since, skip it
             first = stream.read(1)
             if first == b"\n":
-                on_bytes(first)
+                on_consumed(first)
                 state.next_offset += 1
             elif first:
                 stream = _Prepend(first, stream)
         mapper = _Mapper(con, fmt, ctx)
         try:
-            for batch in _read_ahead(read_lines(stream, state, on_bytes=on_bytes,
+            for batch in _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
+                                                on_read=on_read,
                                                 max_line_bytes=options.max_line_bytes)):
                 rejected.extend(mapper.map(batch))
                 sink.flush()
@@ -356,6 +359,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 batch = complete_partial(state.tail, state)
                 rejected.extend(mapper.map(batch))
                 sink.flush()
+                on_consumed(state.tail)
                 state.next_line += 1
                 state.next_offset += len(state.tail)
                 state.partial, state.tail = None, b""
@@ -367,9 +371,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         rep.lines = state.next_line - 1
         rep.pending = state.partial
         rep.warnings += _warnings(con) + mapper.warnings()
-        # bytes of an unterminated tail are hashed by now but not read: the watermark excludes
-        # them, so hash only what was consumed for the input's own SHA-256.
-        digest = _digest_upto(path, hasher, state.next_offset, compressed)
+        digest = hasher.hexdigest()  # of exactly the bytes up to the watermark
         rep.sha256 = digest
         if known is None:
             rep.status = "new"
@@ -383,7 +385,8 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 head_bytes=_head_of(path), ended_without_newline=ended_without_newline,
                 first_offset=first_offset, compressed=compressed, batch_id=batch_id,
                 range_sha=range_hash.hexdigest() if first_offset else digest,
-                events_file=sink.relative if events else None, events=events)
+                events_file=sink.relative if events else None, events=events,
+                sha_state=hasher.state(), tail=bytes(recent))
         con.close()
 
 
@@ -401,32 +404,42 @@ class _Prepend:
         self.stream.close()
 
 
-def _skip_verified(stream, hasher: _Hasher, known: Known) -> bool:
-    """Hash the first `known.bytes` bytes and compare them with what was stored."""
+def _resume(stream, path: Path, known: Known, compressed: bool) -> Sha256 | None:
+    """Position `stream` at the stored watermark if the file still holds what was read there,
+    returning the SHA-256 to continue; None when it does not (rotated, rewritten, truncated).
+
+    With a saved SHA-256 state this reads only the TAIL_LEN bytes before the watermark (the
+    head was matched already), so a scan of an appended log costs what was appended. Without
+    one (no libcrypto) the whole prefix is re-hashed and compared.
+    """
+    if known.sha_state and known.tail_sha256 and digest.available():
+        start = max(0, known.bytes - TAIL_LEN)
+        if compressed:
+            _discard(stream, start)
+            tail = stream.read(known.bytes - start)
+        else:
+            stream.seek(start)
+            tail = stream.read(known.bytes - start)
+        if len(tail) != known.bytes - start or hashlib.sha256(tail).hexdigest() != known.tail_sha256:
+            return None
+        return Sha256(known.sha_state)
+    hasher = Sha256()
     remaining = known.bytes
     while remaining:
         chunk = stream.read(min(remaining, 8 * 1024 * 1024))
         if not chunk:
-            return False
+            return None
         hasher.update(chunk)
         remaining -= len(chunk)
-    return hasher.h.hexdigest() == known.sha256
+    return hasher if hasher.hexdigest() == known.sha256 else None
 
 
-def _digest_upto(path: Path, hasher: _Hasher, upto: int, compressed: bool) -> str:
-    """SHA-256 of the first `upto` (decompressed) bytes: the bytes the store accounts for."""
-    if hasher.seen == upto:
-        return hasher.h.hexdigest()
-    h = hashlib.sha256()
-    with open_binary(path) as s:
-        left = upto
-        while left:
-            chunk = s.read(min(left, 8 * 1024 * 1024))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-    return h.hexdigest()
+def _discard(stream, n: int) -> None:
+    while n:
+        chunk = stream.read(min(n, 8 * 1024 * 1024))
+        if not chunk:
+            return
+        n -= len(chunk)
 
 
 def _head_of(path: Path) -> bytes:
@@ -657,7 +670,8 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             known: Known | None, input_id: int, state: ReadState, rejected: list[Rejected],
             digest: str, head_bytes: bytes, ended_without_newline: bool, first_offset: int,
             range_sha: str, compressed: bool, batch_id: int, events_file: str | None,
-            events: int, replace: bool = False) -> None:
+            events: int, replace: bool = False, sha_state: bytes | None = None,
+            tail: bytes = b"") -> None:
     """Write the quarantine's Parquet file, then make the batch visible in one catalog
     transaction: until it commits, the batch's files are orphans the next run deletes."""
     ev_rel, qu_rel = events_file, None
@@ -680,12 +694,13 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
         if replace:  # a rewritten whole document: its earlier rows no longer stand
             cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
         cat.execute(
-            "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [input_id, str(path.resolve()), shown, fmt.name, compression_of(path), digest,
              state.next_offset, state.next_line - 1,
              hashlib.sha256(head_bytes[:head_len]).hexdigest(), head_len,
              pending.byte_offset if pending else None, pending.byte_length if pending else 0,
-             pending.preview if pending else None, ended_without_newline, now, now],
+             pending.preview if pending else None, ended_without_newline, now, now,
+             sha_state, hashlib.sha256(tail).hexdigest() if tail else None],
         )
         if ev_rel or qu_rel:
             cat.execute(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,25 +185,30 @@ def read_lines(
     state: ReadState,
     chunk_bytes: int = CHUNK_BYTES,
     max_line_bytes: int = MAX_LINE_BYTES,
-    on_bytes=None,
+    on_consumed: Callable[[bytes], None] | None = None,
+    on_read: Callable[[int], None] | None = None,
 ) -> Iterator[LineBatch]:
     """Yield batches of complete lines from `stream`, which is positioned at `state.next_offset`.
 
-    Updates `state` as it goes. A last line with no newline is not consumed: it is left in
-    `state.partial` so that a writer still appending to the file loses nothing.
+    Updates `state` as it goes and hands every consumed byte, in order, to `on_consumed` (the
+    file's SHA-256 covers exactly what was read). A last line with no newline is not consumed:
+    it is left in `state.partial` so that a writer still appending loses nothing.
     """
+    consumed = on_consumed or (lambda b: None)
     tail = b""
     oversized: Rejected | None = None  # a line longer than max_line_bytes, being skipped
     while True:
         chunk = stream.read(chunk_bytes)
-        if on_bytes and chunk:
-            on_bytes(chunk)
+        if on_read and chunk:
+            on_read(len(chunk))
         if oversized is not None and chunk:
             nl = chunk.find(b"\n")
             if nl < 0:
                 oversized.byte_length += len(chunk)
+                consumed(chunk)
                 continue
             oversized.byte_length += nl + 1
+            consumed(chunk[: nl + 1])
             yield LineBatch(_empty_table(), [oversized])
             state.next_line += 1
             state.next_offset += oversized.byte_length
@@ -213,9 +218,10 @@ def read_lines(
             break
         data = tail + chunk if tail else chunk
         batch, tail = split_chunk(data, state.next_line, state.next_offset, max_line_bytes)
-        consumed = len(data) - len(tail)
+        used = len(data) - len(tail)
+        consumed(data[:used] if tail else data)
         state.next_line += batch.table.num_rows + len(batch.rejected)
-        state.next_offset += consumed
+        state.next_offset += used
         if batch.table.num_rows or batch.rejected:
             yield batch
         if len(tail) > max_line_bytes:
@@ -224,13 +230,18 @@ def read_lines(
                 f"line longer than the {max_line_bytes:,}-byte limit (--max-line-bytes)",
                 preview(tail),
             )
+            consumed(tail)
             tail = b""
     if oversized is not None:
-        # the oversized line never ended: it is the file's unterminated last line
+        # the oversized line never ended: it is the file's unterminated last line. Its bytes
+        # were hashed as they streamed past; it is reported, and the watermark moves past it.
         oversized.reason = "truncated_last_line"
         oversized.detail = (f"last line has no newline and is over {max_line_bytes:,} bytes: "
                             "the file was cut off, or is still being written")
-        state.partial = oversized
+        yield LineBatch(_empty_table(), [oversized])
+        state.next_line += 1
+        state.next_offset += oversized.byte_length
+        state.partial, state.tail = None, b""
     elif tail:
         state.partial = Rejected(
             state.next_line, state.next_offset, len(tail), "truncated_last_line",

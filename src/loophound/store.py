@@ -41,7 +41,9 @@ CREATE TABLE IF NOT EXISTS inputs (
   pending_preview VARCHAR,
   ended_without_newline BOOLEAN,
   first_seen TIMESTAMP,
-  last_read TIMESTAMP
+  last_read TIMESTAMP,
+  sha_state BLOB,           -- SHA-256 midstate at `bytes`: appended bytes are hashed alone
+  tail_sha256 VARCHAR       -- SHA-256 of the 4 KiB before `bytes`: proves the file is the same
 );
 CREATE TABLE IF NOT EXISTS batches (
   batch_id INTEGER PRIMARY KEY,
