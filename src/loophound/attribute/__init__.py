@@ -106,9 +106,15 @@ def _measure(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, dict]:
     return out
 
 
+# A message both parties stored (sven keeps one copy per node) is one message: units are
+# counted once per (kind, corr_id) for these kinds.
+UNIT = ("CASE WHEN e.kind IN ('message', 'room_post') AND e.corr_id IS NOT NULL "
+        "THEN e.kind || ':' || e.corr_id ELSE CAST(e.event_id AS VARCHAR) END")
+
+
 def _count_units(con: duckdb.DuckDBPyConnection, f: Finding, table: str = "claims") -> int:
     return con.execute(
-        f"SELECT count(*) FROM {table} c JOIN events e USING (event_id) "
+        f"SELECT count(DISTINCT {UNIT}) FROM {table} c JOIN events e USING (event_id) "
         "WHERE c.finding_id = ? AND list_contains(?, e.kind)",
         [f.id, list(f.unit_kinds)],
     ).fetchall()[0][0]
@@ -140,8 +146,8 @@ def _evidence(con: duckdb.DuckDBPyConnection, f: Finding) -> list[dict]:
 
 
 def totals(con: duckdb.DuckDBPyConnection) -> Totals:
-    row = con.execute("""
-      SELECT count(*) FILTER (WHERE list_contains($units, e.kind)), count(*),
+    row = con.execute(f"""
+      SELECT count(DISTINCT {UNIT}) FILTER (WHERE list_contains($units, e.kind)), count(*),
              coalesce(sum(e.byte_length), 0), coalesce(sum(ec.tokens), 0), sum(ec.cost_usd),
              coalesce(sum(CASE WHEN ec.cost_status = 'unpriced' THEN ec.tokens END), 0),
              min(e.ts), max(e.ts)

@@ -68,6 +68,12 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
         con.executemany("INSERT INTO _prices VALUES (?, ?, ?)",
                         [(m, i, o) for m, (i, o) in sorted(model.prices.items())])
     per_call = "NULL" if model.cost_per_call is None else repr(float(model.cost_per_call))
+    # a message both parties stored is one call: only its first copy is priced
+    con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
+        SELECT event_id FROM (
+          SELECT event_id, row_number() OVER (PARTITION BY kind, corr_id ORDER BY event_id) AS n
+          FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
+        WHERE n > 1""")
     kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in model.call_kinds)
     con.execute(f"""
       CREATE OR REPLACE TEMP VIEW event_costs AS
@@ -85,5 +91,6 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
         coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS tokens
       FROM events e LEFT JOIN _prices p ON p.model = e.model
       WHERE e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
-         OR ({per_call} IS NOT NULL AND e.kind IN ({kinds}))
+         OR ({per_call} IS NOT NULL AND e.kind IN ({kinds})
+             AND e.event_id NOT IN (SELECT event_id FROM _copies))
     """)

@@ -1,0 +1,59 @@
+"""Fill README.md's generated tables from the code, so the documentation cannot drift:
+the event columns (schema.py), the detectors and their parameters (detect/), and the SQL
+and report chapters (docs/sql.md, docs/report.md).
+
+    python docs/build_readme.py        # rewrite README.md in place
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from loophound.scan import detector_docs  # noqa: E402
+from loophound.schema import COLUMNS, QUARANTINE_COLUMNS  # noqa: E402
+
+
+def columns(cols) -> str:
+    return "\n".join(f"| `{c.name}` | {c.sql_type} | {c.doc} |" for c in cols)
+
+
+def detectors() -> str:
+    out = []
+    for name, description, params in detector_docs():
+        out.append(f"### `{name}`\n\n{description[0].upper() + description[1:]}.\n")
+        out.append("| parameter | default | meaning |\n|---|---|---|")
+        out += [f"| `{p}` | `{d}` | {doc} |" for p, d, doc in params]
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def chapter(name: str) -> str:
+    path = ROOT / "docs" / name
+    return path.read_text().strip() if path.exists() else ""
+
+
+def fill(text: str, marker: str, body: str) -> str:
+    """Replace the block after `<!-- MARKER -->` up to `<!-- /MARKER -->` (kept for reruns)."""
+    block = f"<!-- {marker} -->\n{body}\n<!-- /{marker} -->"
+    pattern = re.compile(rf"<!-- {marker} -->(?:.*?<!-- /{marker} -->)?", re.S)
+    return pattern.sub(lambda _: block, text, count=1)
+
+
+def build(text: str) -> str:
+    text = fill(text, "COLUMNS", columns(COLUMNS))
+    text = fill(text, "QUARANTINE", columns(QUARANTINE_COLUMNS))
+    text = fill(text, "DETECTORS", detectors())
+    text = fill(text, "SQL", chapter("sql.md"))
+    text = fill(text, "REPORT", chapter("report.md"))
+    text = fill(text, "BENCH", chapter("benchmarks.md"))
+    return text
+
+
+if __name__ == "__main__":
+    readme = ROOT / "README.md"
+    readme.write_text(build(readme.read_text()))
