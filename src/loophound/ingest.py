@@ -152,14 +152,41 @@ class Known:
     tail_sha256: str | None  # SHA-256 of the TAIL_LEN bytes before `bytes`
 
 
+class _CatalogCache:
+    """What ingest needs from the catalog, read once per run: while ingest holds the write
+    lock nobody else changes it, and each open of the catalog costs tens of milliseconds."""
+
+    def __init__(self, store: Store):
+        with store.catalog_connection(read_only=True) as con:
+            self.known = _read_known(con)
+            self.next = {t: con.execute(f"SELECT coalesce(max({c}), 0) + 1 FROM {t}").fetchall()[0][0]
+                         for t, c in (("inputs", "input_id"), ("batches", "batch_id"))}
+        self.events_files = store.committed_files()["events"]
+
+    def take_id(self, table: str) -> int:
+        self.next[table] += 1
+        return self.next[table] - 1
+
+
+def _cache(store: Store) -> _CatalogCache:
+    cache = getattr(store, "_ingest_cache", None)
+    if cache is None:
+        cache = store._ingest_cache = _CatalogCache(store)
+    return cache
+
+
 def _known_inputs(store: Store) -> list[Known]:
-    with store.catalog_connection(read_only=True) as con:
-        rows = con.execute(
-            "SELECT input_id, path, sha256, bytes, lines, head_sha256, head_len, "
-            "coalesce(ended_without_newline, false), format, sha_state, tail_sha256 "
-            "FROM inputs ORDER BY input_id"
-        ).fetchall()
+    return _cache(store).known
+
+
+def _read_known(con: duckdb.DuckDBPyConnection) -> list[Known]:
+    rows = con.execute(
+        "SELECT input_id, path, sha256, bytes, lines, head_sha256, head_len, "
+        "coalesce(ended_without_newline, false), format, sha_state, tail_sha256 "
+        "FROM inputs ORDER BY input_id"
+    ).fetchall()
     return [Known(*r) for r in rows]
+
 
 
 def _read_head(path: Path, n: int = 65536) -> bytes:
@@ -205,6 +232,7 @@ def ingest(
     done = 0
     companions_seen: set[Path] = set()
     with store.writing(wait=options.wait, on_wait=on_wait):
+        store._ingest_cache = None  # read afresh under the lock
         for path, shown in files:
             size = path.stat().st_size
 
@@ -474,7 +502,7 @@ class _ChunkSink:
         self.thread = threading.Thread(target=self._write, daemon=True)
         self.thread.start()
         con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
-        files = store.committed_files()["events"]
+        files = _cache(store).events_files
         lo, hi = ctx.input_id << 32, (ctx.input_id + 1) << 32
         earlier = ""
         if files:
@@ -662,8 +690,7 @@ def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _next_id(store: Store, table: str, column: str) -> int:
-    with store.catalog_connection(read_only=True) as con:
-        return con.execute(f"SELECT coalesce(max({column}), 0) + 1 FROM {table}").fetchall()[0][0]
+    return _cache(store).take_id(table)
 
 
 def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str, fmt: Format,
@@ -709,6 +736,15 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
                  0, state.next_line, events, len(rejected), range_sha, now],
             )
         cat.execute("COMMIT")
+        cache = _cache(store)
+        cache.known = _read_known(cat)
+        if replace:
+            root = store.root.resolve()
+            cache.events_files = [str(root / r[0]) for r in cat.execute(
+                "SELECT events_file FROM batches WHERE events_file IS NOT NULL ORDER BY batch_id"
+            ).fetchall()]
+        elif ev_rel:
+            cache.events_files.append(str((store.root / ev_rel).resolve()))
 
 
 def _qvalue(r: Rejected, name: str, shown: str):
