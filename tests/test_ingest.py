@@ -267,3 +267,20 @@ def test_max_line_bytes_is_a_setting(tmp_path):
     log.write_text(pair(1))
     report = ingest([str(log)], Store(tmp_path / "st"), IngestOptions(max_line_bytes=100))
     assert dict(report.files[0].quarantined) == {"line_too_long": 2}
+
+
+def test_verify_rehashes_everything_and_names_changed_or_missing_inputs(tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text(pair(1) + pair(2) + pair(3))
+    gone = tmp_path / "b.log"
+    gone.write_text(pair(7))
+    store = tmp_path / "st"
+    ingest([str(log), str(gone)], Store(store))
+    runner = CliRunner()
+    assert runner.invoke(app, ["verify", "--store", str(store)]).exit_code == 0
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit in the middle: neither head nor tail
+    log.write_bytes(bytes(data))
+    gone.unlink()
+    res = runner.invoke(app, ["verify", "--store", str(store)])
+    assert res.exit_code == 1 and "changed" in res.output and "gone" in res.output

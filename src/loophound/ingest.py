@@ -753,3 +753,26 @@ def _qvalue(r: Rejected, name: str, shown: str):
     if name == "line":
         return r.line
     return getattr(r, name)
+
+
+def verify_inputs(store: Store) -> list[tuple[str, int, str, str]]:
+    """(path, bytes, recorded SHA-256, verdict) for every input: `same`, `changed` or `gone`."""
+    with store.catalog_connection(read_only=True) as con:
+        rows = con.execute("SELECT path, bytes, sha256 FROM inputs ORDER BY path").fetchall()
+    out = []
+    for path, nbytes, sha in rows:
+        try:
+            with open_binary(Path(path)) as stream:
+                h = Sha256()
+                left = nbytes
+                while left:
+                    chunk = stream.read(min(left, 8 * 1024 * 1024))
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    left -= len(chunk)
+            verdict = "same" if not left and h.hexdigest() == sha else "changed"
+        except (OSError, EOFError):
+            verdict = "gone"
+        out.append((path, nbytes, sha, verdict))
+    return out
