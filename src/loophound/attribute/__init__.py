@@ -52,102 +52,107 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
               costs: CostModel | None = None) -> tuple[list[Attributed], Totals]:
-    """Claim, price and measure. Leaves tables `claims` and `owner` in `con` for the report."""
+    """Claim, price and measure. Leaves tables `claims`, `owner` and `claimed` in `con` for
+    the report. Each claimed event is joined to its size and price once (`claimed`); every
+    figure after that is an aggregate over that table, so a 1.2 M-event storm is one pass."""
     define_cost_view(con, costs or load_cost_model())
     con.execute("CREATE OR REPLACE TEMP TABLE claims (finding_id VARCHAR, event_id BIGINT, "
-                "rank INTEGER, sev INTEGER)")
-    for f in findings:
+                "rank INTEGER, sev INTEGER, fidx INTEGER, prio BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE finding_units (fidx INTEGER, kind VARCHAR)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR)")
+    # who explains an event best, as one integer: detector rank, then severity, then order
+    order = sorted(range(len(findings)), key=lambda i: (
+        DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
+        -severity_rank(findings[i].severity), findings[i].id))
+    for pos, i in enumerate(order):
+        f = findings[i]
         rank = DETECTORS[f.detector].rank if f.detector in DETECTORS else 99
         con.execute(
             f"INSERT INTO claims SELECT DISTINCT {_lit(f.id)}, event_id, {rank}, "
-            f"{severity_rank(f.severity)} FROM ({f.claim_sql})",
+            f"{severity_rank(f.severity)}, {i}, {pos} FROM ({f.claim_sql})",
             f.claim_params or None,
-        )
+        ).fetchall()
+        con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
+        con.execute("INSERT INTO _findx VALUES (?, ?)", [i, f.id]).fetchall()
     con.execute("""CREATE OR REPLACE TEMP TABLE owner AS
-        SELECT event_id, arg_min(finding_id, (rank, -sev, finding_id)) AS finding_id
-        FROM claims GROUP BY event_id""")
-    own = _measure(con, "claims")
-    exclusive = _measure(con, "owner")
+        SELECT o.event_id, c.fidx, x.finding_id
+        FROM (SELECT event_id, min(prio) AS prio FROM claims GROUP BY event_id) o
+        JOIN (SELECT DISTINCT fidx, prio FROM claims) c USING (prio)
+        JOIN _findx x USING (fidx)""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE claimed AS
+        SELECT c.fidx, c.event_id, o.fidx = c.fidx AS owned,
+               e.kind, e.byte_length, e.file, e.line, e.ts,
+               coalesce(cp.canon, c.event_id) AS unit_key, u.kind IS NOT NULL AS is_unit,
+               ec.tokens, ec.cost_usd, ec.cost_status
+        FROM claims c
+        JOIN events e USING (event_id)
+        JOIN owner o USING (event_id)
+        LEFT JOIN _copies cp USING (event_id)
+        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind
+        LEFT JOIN event_costs ec USING (event_id)""")
+    stats = {r[0]: r[1:] for r in con.execute("""
+        SELECT fidx,
+          count(DISTINCT unit_key) FILTER (WHERE is_unit), count(*), sum(byte_length),
+          sum(coalesce(tokens, 0)), sum(cost_usd),
+          coalesce(sum(tokens) FILTER (WHERE cost_status = 'unpriced'), 0),
+          count(DISTINCT unit_key) FILTER (WHERE is_unit AND owned), count(*) FILTER (WHERE owned),
+          coalesce(sum(byte_length) FILTER (WHERE owned), 0), sum(cost_usd) FILTER (WHERE owned)
+        FROM claimed GROUP BY fidx""").fetchall()}
+    basis: dict[str, dict[str, int]] = {}
+    for fid, status, n in con.execute(
+            "SELECT fidx, cost_status, count(*) FROM claimed WHERE cost_status IS NOT NULL "
+            "GROUP BY ALL ORDER BY ALL").fetchall():
+        basis.setdefault(fid, {})[status] = n
+    evidence = _evidence(con, findings)
     out = []
-    for f in findings:
-        m = own.get(f.id, {})
-        x = exclusive.get(f.id, {})
-        units = _count_units(con, f)
+    for i, f in enumerate(findings):
+        units, lines, nbytes, tokens, cost, unpriced, x_units, x_lines, x_bytes, x_cost = \
+            stats.get(i, (0, 0, 0, 0, None, 0, 0, 0, 0, None))
         out.append(Attributed(
-            f, units, m.get("lines", 0), m.get("bytes", 0), m.get("tokens", 0),
-            m.get("cost"), m.get("status", {}), m.get("unpriced_tokens", 0),
-            _evidence(con, f), _count_units(con, f, "owner"), x.get("lines", 0),
-            x.get("bytes", 0), x.get("cost"),
+            f, units, lines, int(nbytes or 0), int(tokens or 0), _num(cost), basis.get(i, {}),
+            int(unpriced), evidence.get(i, []), x_units, x_lines, int(x_bytes), _num(x_cost),
         ))
     return out, totals(con)
+
+
+def _num(v) -> float | None:
+    return None if v is None else float(v)
 
 
 def _lit(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _measure(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, dict]:
-    rows = con.execute(f"""
-      SELECT c.finding_id, count(*) AS lines, sum(e.byte_length) AS bytes,
-             sum(coalesce(ec.tokens, 0)) AS tokens, sum(ec.cost_usd) AS cost,
-             sum(CASE WHEN ec.cost_status = 'unpriced' THEN ec.tokens ELSE 0 END) AS unpriced,
-             list(ec.cost_status) FILTER (WHERE ec.cost_status IS NOT NULL) AS statuses
-      FROM {table} c JOIN events e USING (event_id)
-      LEFT JOIN event_costs ec USING (event_id)
-      GROUP BY c.finding_id""").fetchall()
-    out = {}
-    for fid, lines, nbytes, tokens, cost, unpriced, statuses in rows:
-        status: dict[str, int] = {}
-        for s in statuses or []:
-            status[s] = status.get(s, 0) + 1
-        out[fid] = {"lines": lines, "bytes": int(nbytes or 0), "tokens": int(tokens or 0),
-                    "cost": None if cost is None else float(cost), "status": status,
-                    "unpriced_tokens": int(unpriced or 0)}
-    return out
-
-
-# A message both parties stored (sven keeps one copy per node) is one message: units are
-# counted once per (kind, corr_id) for these kinds.
-UNIT = ("CASE WHEN e.kind IN ('message', 'room_post') AND e.corr_id IS NOT NULL "
-        "THEN e.kind || ':' || e.corr_id ELSE CAST(e.event_id AS VARCHAR) END")
-
-
-def _count_units(con: duckdb.DuckDBPyConnection, f: Finding, table: str = "claims") -> int:
-    return con.execute(
-        f"SELECT count(DISTINCT {UNIT}) FROM {table} c JOIN events e USING (event_id) "
-        "WHERE c.finding_id = ? AND list_contains(?, e.kind)",
-        [f.id, list(f.unit_kinds)],
-    ).fetchall()[0][0]
-
-
-def _evidence(con: duckdb.DuckDBPyConnection, f: Finding) -> list[dict]:
+def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[int, list[dict]]:
     """The lines a reader should look at: the detector's own picks (e.g. the session.close the
-    caller ignored), then the first and last claimed actions and a few between."""
-    picked = [dict(e) for e in f.details.get("evidence", [])]
-    rows = con.execute(
-        """SELECT e.file, e.line FROM claims c JOIN events e USING (event_id)
-           WHERE c.finding_id = ? AND list_contains(?, e.kind)
-           ORDER BY e.ts NULLS LAST, e.file, e.line""",
-        [f.id, list(f.unit_kinds)],
-    ).fetchall()
-    if rows:
-        n = len(rows)
-        idx = sorted({0, 1, 2, n // 2, n - 1} & set(range(n)))[: max(f.evidence_limit - len(picked), 2)]
-        if n - 1 not in idx:
-            idx[-1] = n - 1
-        picked += [{"file": rows[i][0], "line": rows[i][1]} for i in idx]
-    seen, out = set(), []
-    for e in picked:
-        k = (e["file"], e["line"])
-        if k not in seen:
-            seen.add(k)
-            out.append(e)
+    caller ignored), then the first claimed actions and the last."""
+    picks = {r[0]: (r[1], r[2]) for r in con.execute("""
+        SELECT fidx,
+               arg_min(struct_pack(file, line), (ts, file, line), 3),
+               arg_max(struct_pack(file, line), (ts, file, line))
+        FROM claimed WHERE is_unit GROUP BY fidx""").fetchall()}
+    out = {}
+    for i, f in enumerate(findings):
+        chosen = [dict(e) for e in f.details.get("evidence", [])]
+        first, last = picks.get(i, ([], None))
+        room = max(f.evidence_limit - len(chosen) - 1, 1)
+        chosen += [{"file": p["file"], "line": p["line"]} for p in first[:room]]
+        if last:
+            chosen.append({"file": last["file"], "line": last["line"]})
+        seen, unique = set(), []
+        for e in chosen:
+            key = (e["file"], e["line"])
+            if key not in seen:
+                seen.add(key)
+                unique.append(e)
+        out[i] = unique
     return out
 
 
 def totals(con: duckdb.DuckDBPyConnection) -> Totals:
-    row = con.execute(f"""
-      SELECT count(DISTINCT {UNIT}) FILTER (WHERE list_contains($units, e.kind)), count(*),
+    row = con.execute("""
+      SELECT count(*) FILTER (WHERE list_contains($units, e.kind))
+               - (SELECT count(*) FROM _copies), count(*),
              coalesce(sum(e.byte_length), 0), coalesce(sum(ec.tokens), 0), sum(ec.cost_usd),
              coalesce(sum(CASE WHEN ec.cost_status = 'unpriced' THEN ec.tokens END), 0),
              min(e.ts), max(e.ts)

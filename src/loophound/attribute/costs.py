@@ -62,7 +62,9 @@ def load_cost_model(prices_file: Path | None = None,
 
 
 def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
-    """`event_costs(event_id, cost_usd, cost_status)`: one row per event that costs something."""
+    """`event_costs(event_id, cost_usd, cost_status, tokens)`: one row per event that costs
+    something, materialised once per scan; `_copies(event_id, canon)`: second stored copies
+    of one message, and the event they copy."""
     con.execute("CREATE OR REPLACE TEMP TABLE _prices (model VARCHAR, p_in DOUBLE, p_out DOUBLE)")
     if model.prices:
         con.executemany("INSERT INTO _prices VALUES (?, ?, ?)",
@@ -70,13 +72,13 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
     per_call = "NULL" if model.cost_per_call is None else repr(float(model.cost_per_call))
     # a message both parties stored is one call: only its first copy is priced
     con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
-        SELECT event_id FROM (
-          SELECT event_id, row_number() OVER (PARTITION BY kind, corr_id ORDER BY event_id) AS n
+        SELECT event_id, canon FROM (
+          SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
           FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
-        WHERE n > 1""")
+        WHERE event_id <> canon""")
     kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in model.call_kinds)
     con.execute(f"""
-      CREATE OR REPLACE TEMP VIEW event_costs AS
+      CREATE OR REPLACE TEMP TABLE event_costs AS
       SELECT e.event_id,
         CASE WHEN e.cost_usd IS NOT NULL THEN e.cost_usd
              WHEN (e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL) AND p.model IS NOT NULL

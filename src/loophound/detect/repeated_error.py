@@ -79,12 +79,13 @@ WHERE e.ts BETWEEN $start AND $stop AND e.error = $error
   AND e.action IS NOT DISTINCT FROM $action AND list_contains($kinds, e.kind)
 UNION ALL
 SELECT o.event_id FROM events o
-WHERE o.kind IN ('response', 'lifecycle') AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
-  AND (o.file, o.corr_id) IN (
-    SELECT (e.file, e.corr_id) FROM events e
+SEMI JOIN (
+    SELECT e.file, e.corr_id FROM events e
     WHERE e.ts BETWEEN $start AND $stop AND e.error = $error AND e.kind = 'request'
       AND e.actor IS NOT DISTINCT FROM $actor AND e.session IS NOT DISTINCT FROM $session
-      AND e.action IS NOT DISTINCT FROM $action)
+      AND e.action IS NOT DISTINCT FROM $action) r
+  ON o.file = r.file AND o.corr_id = r.corr_id
+WHERE o.kind IN ('response', 'lifecycle') AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
 """
 
 
