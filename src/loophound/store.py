@@ -183,8 +183,14 @@ class Store:
     def committed_files(self) -> dict[str, list[str]]:
         """Absolute paths of the committed Parquet files, by kind."""
         if self.is_bare:
+            def latest(pattern: str) -> list[str]:
+                found = sorted((self.root / "findings").glob(pattern))
+                return [str(found[-1].resolve())] if found else []
+
             return {k: sorted(str(p.resolve()) for p in (self.root / k).glob("*.parquet"))
-                    for k in ("events", "quarantine", "findings", "finding_events")}
+                    for k in ("events", "quarantine")} | {
+                "findings": latest("findings-*.parquet"),
+                "finding_events": latest("finding-events-*.parquet")}
         if not self.catalog.exists():
             return {"events": [], "quarantine": [], "findings": [], "finding_events": []}
         with self.catalog_connection(read_only=True) as con:
