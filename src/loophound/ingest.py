@@ -392,6 +392,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 state.next_offset += len(state.tail)
                 state.partial, state.tail = None, b""
                 ended_without_newline = True
+            sink.flush(final=True)
         finally:
             events = sink.close()
         rep.events, rep.new_bytes = events, state.next_offset - first_offset
@@ -482,6 +483,7 @@ def _is_json_object(raw: bytes) -> bool:
 
 
 NARROW = "event_id, line, ts, kind, corr_id, actor, session, action"
+HOLD_LINES = 1024
 
 
 class _ChunkSink:
@@ -512,15 +514,22 @@ class _ChunkSink:
         con.execute(f"CREATE OR REPLACE TEMP VIEW stored_events AS {earlier}"
                     f"SELECT {NARROW} FROM file_rows")
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
+        """Finish what is mapped and write it, except the last HOLD_LINES lines (unless
+        `final`): a request near a chunk's end meets its response in the next chunk."""
         con = self.con
-        if not con.execute("SELECT count(*) FROM batch").fetchall()[0][0]:
+        lo, hi = con.execute("SELECT min(line), max(line) FROM batch").fetchall()[0]
+        if lo is None:
             return
         if self.fmt.finish:
             self.fmt.finish(con, self.ctx)
-        table = con.sql("SELECT * FROM batch").to_arrow_table()
-        con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch").fetchall()
-        con.execute("DELETE FROM batch").fetchall()
+        cutoff = hi if final else hi - HOLD_LINES
+        if cutoff < lo:
+            return
+        table = con.sql(f"SELECT * FROM batch WHERE line <= {int(cutoff)}").to_arrow_table()
+        con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch "
+                    f"WHERE line <= {int(cutoff)}").fetchall()
+        con.execute(f"DELETE FROM batch WHERE line <= {int(cutoff)}").fetchall()
         self.events += table.num_rows
         if self.failure:
             raise self.failure[0]

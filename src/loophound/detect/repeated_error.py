@@ -9,9 +9,11 @@ the seed-001 incident. Severity says which, and the finding shows the gaps that 
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 
 from .base import Detector, Finding, param
 
@@ -32,44 +34,28 @@ class Params:
     backoff_ratio: float = param(3.0, "late gaps this many times the early ones mean back-off")
 
 
-SQL = """
-WITH attempts AS (
-  SELECT event_id, ts, file, line, actor, session, action, error, ok
+# The attempts of every (actor, session, action) that failed at least `min_count` times,
+# in order. Runs are cut in numpy: one sort in SQL, then vectorised comparisons, because a
+# 600,000-attempt storm is one window partition that SQL would walk on one core, three times.
+ATTEMPTS = """
+WITH groups AS (
+  SELECT actor, session, action, row_number() OVER (ORDER BY actor, session, action) AS g
   FROM events
-  WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND (error IS NOT NULL OR ok IS NOT NULL)
-),
-ordered AS (
-  SELECT *, lag(error) OVER w AS prev_error, lag(ok) OVER w AS prev_ok,
-         epoch_ms(ts) - epoch_ms(lag(ts) OVER w) AS gap_ms
-  FROM attempts
-  WINDOW w AS (PARTITION BY actor, session, action ORDER BY ts, file, line)
-),
-runs AS (
-  SELECT *, sum(CASE WHEN prev_error IS DISTINCT FROM error OR prev_ok IS TRUE OR gap_ms IS NULL
-                       OR gap_ms > $max_gap_ms THEN 1 ELSE 0 END)
-              OVER (PARTITION BY actor, session, action ORDER BY ts, file, line
-                    ROWS UNBOUNDED PRECEDING) AS run_no
-  FROM ordered
-),
-stats AS (
-  SELECT actor, session, action, error, run_no,
-         count(*) AS n, min(ts) AS start, max(ts) AS stop,
-         arg_min(file, (ts, file, line)) AS first_file, min(line) AS first_line_any,
-         median(gap_ms) FILTER (WHERE gap_ms IS NOT NULL AND NOT first_of_run) AS median_gap_ms,
-         avg(gap_ms) FILTER (WHERE NOT first_of_run) AS mean_gap_ms,
-         stddev_pop(gap_ms) FILTER (WHERE NOT first_of_run) AS sd_gap_ms,
-         list(gap_ms ORDER BY ts, line) FILTER (WHERE NOT first_of_run) AS gaps
-  FROM (SELECT *, row_number() OVER (PARTITION BY actor, session, action, run_no
-                                     ORDER BY ts, file, line) = 1 AS first_of_run FROM runs)
-  WHERE error IS NOT NULL AND (ok IS NOT TRUE)
-  GROUP BY ALL
-  HAVING count(*) >= $min_count
+  WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
+  GROUP BY actor, session, action HAVING count(*) >= $min_count
 )
-SELECT actor, session, action, error, n, start, stop, median_gap_ms, mean_gap_ms, sd_gap_ms,
-       gaps[1:5] AS first_gaps, gaps[-5:] AS last_gaps,
-       list_median(gaps[1:greatest(len(gaps) // 4, 1)]) AS early_gap_ms,
-       list_median(gaps[-greatest(len(gaps) // 4, 1):]) AS late_gap_ms
-FROM stats ORDER BY start, actor, session, action
+SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok
+FROM events e
+JOIN groups g ON e.actor IS NOT DISTINCT FROM g.actor AND e.session IS NOT DISTINCT FROM g.session
+             AND e.action IS NOT DISTINCT FROM g.action
+WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
+ORDER BY g.g, e.ts, e.file, e.line
+"""
+GROUPS = """
+SELECT actor, session, action, row_number() OVER (ORDER BY actor, session, action) AS g
+FROM events
+WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
+GROUP BY actor, session, action HAVING count(*) >= $min_count
 """
 
 CLAIM = """
@@ -90,10 +76,53 @@ WHERE o.kind IN ('response', 'lifecycle') AND o.ts BETWEEN $start AND $stop + IN
 
 
 def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
-    rows = con.execute(SQL, {"kinds": list(ATTEMPT_KINDS), "max_gap_ms": p.max_gap_s * 1000,
-                             "min_count": p.min_count}).fetchall()
-    cols = [d[0] for d in con.description]
-    return [_finding(con, dict(zip(cols, r, strict=True)), p) for r in rows]
+    return [_finding(con, r, p) for r in runs(con, p)]
+
+
+def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
+    """Every run of at least `min_count` identical consecutive errors, with its gap figures."""
+    args = {"kinds": list(ATTEMPT_KINDS), "min_count": p.min_count}
+    table = con.execute(ATTEMPTS, args).to_arrow_table()
+    if table.num_rows == 0:
+        return []
+    groups = {g: (a, s, act) for a, s, act, g in con.execute(GROUPS, args).fetchall()}
+    g = table["g"].to_numpy()
+    t = table["t"].to_numpy()
+    err_codes = table["error"].dictionary_encode().combine_chunks()
+    err = err_codes.indices.to_numpy(zero_copy_only=False)
+    err = np.where(table["error"].is_null().to_numpy(zero_copy_only=False), -1, err)
+    ok = table["ok"].to_numpy(zero_copy_only=False)
+    failed = (err >= 0) & ~ok
+    gap = np.diff(t, prepend=t[0])
+    brk = np.ones(len(t), dtype=bool)
+    brk[1:] = ((g[1:] != g[:-1]) | (err[1:] != err[:-1]) | ~failed[:-1]
+               | (gap[1:] > p.max_gap_s * 1000))
+    run_id = np.cumsum(brk)
+    counts = np.bincount(run_id, weights=failed)
+    out = []
+    for rid in np.flatnonzero(counts >= p.min_count):
+        idx = np.flatnonzero((run_id == rid) & failed) if counts[rid] < len(t) else None
+        lo, hi = (idx[0], idx[-1] + 1) if idx is not None else (0, len(t))
+        gaps = gap[lo + 1:hi].astype(float)
+        q = max(len(gaps) // 4, 1)
+        actor, session, action = groups[int(g[lo])]
+        out.append({
+            "actor": actor, "session": session, "action": action,
+            "error": err_codes.dictionary[int(err[lo])].as_py(), "n": hi - lo,
+            "start": _ts(t[lo]), "stop": _ts(t[hi - 1]),
+            "median_gap_ms": float(np.median(gaps)) if len(gaps) else None,
+            "mean_gap_ms": float(gaps.mean()) if len(gaps) else None,
+            "sd_gap_ms": float(gaps.std()) if len(gaps) else None,
+            "first_gaps": [int(x) for x in gaps[:5]], "last_gaps": [int(x) for x in gaps[-5:]],
+            "early_gap_ms": float(np.median(gaps[:q])) if len(gaps) else None,
+            "late_gap_ms": float(np.median(gaps[-q:])) if len(gaps) else None,
+        })
+    out.sort(key=lambda r: (r["start"], str(r["actor"]), str(r["session"]), str(r["action"])))
+    return out
+
+
+def _ts(ms) -> dt.datetime:
+    return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=int(ms))
 
 
 def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:

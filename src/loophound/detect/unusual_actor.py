@@ -40,7 +40,7 @@ import duckdb
 import numpy as np
 
 from .base import Detector, Finding, param
-from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s
+from .rate_spike import COPIES, SPAN_SQL, UNIT_KINDS, bucket_width_s, create_copies_table
 
 EPOCH = dt.datetime(1970, 1, 1)
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
@@ -76,7 +76,7 @@ SELECT w.fid, hash(e.format, coalesce(e.actor, 'session ' || e.session)) AS who,
        (epoch_ms(e.ts) - w.origin) // w.width AS win
 FROM events e JOIN _ua_widths w ON w.format = e.format
 WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL
-  AND (e.actor IS NOT NULL OR e.session IS NOT NULL)
+  AND (e.actor IS NOT NULL OR e.session IS NOT NULL) {copies}
 """
 
 
@@ -113,12 +113,19 @@ def robust_z(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _group_median(values: np.ndarray, gid: np.ndarray, n_groups: int) -> np.ndarray:
-    """Median of `values` per group id (NaN for empty groups)."""
+    """Median of non-negative integer `values` per group id (NaN for empty groups). One sort
+    of (group, value) packed into an int64 when it fits, else a two-key lexsort."""
     out = np.full(n_groups, np.nan)
     if not len(values):
         return out
-    order = np.lexsort((values, gid))
-    v, g = values[order], gid[order]
+    values = values.astype(np.int64)
+    bits = max(int(values.max()).bit_length(), 1)
+    if bits + max(int(gid.max()).bit_length(), 1) <= 62:
+        packed = np.sort((gid.astype(np.int64) << bits) | values)
+        v, g = packed & ((1 << bits) - 1), packed >> bits
+    else:
+        order = np.lexsort((values, gid))
+        v, g = values[order], gid[order]
     counts = np.bincount(g, minlength=n_groups)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     has = counts > 0
@@ -139,11 +146,12 @@ def _group_distinct(values: np.ndarray, gid: np.ndarray, n_groups: int) -> np.nd
     return np.bincount(g[new], minlength=n_groups).astype(float)
 
 
-def windows(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[dict], dict[str, int]]:
+def windows(con: duckdb.DuckDBPyConnection, p: Params,
+            copies: str = "") -> tuple[list[dict], dict[str, int]]:
     """Feature rows of every (actor, window) with at least `min_events` unit events, computed
     in numpy from one scan (sorting in SQL window functions is the slow part at 1 M events)."""
     kinds = list(UNIT_KINDS)
-    spans = con.execute(SPAN_SQL, {"kinds": kinds}).fetchall()
+    spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
     if not spans:
         return [], {}
     widths = []
@@ -153,7 +161,7 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[dict], dict
     con.execute("CREATE OR REPLACE TEMP TABLE _ua_widths (fid INTEGER, format VARCHAR, "
                 "width BIGINT, origin BIGINT)")
     con.executemany("INSERT INTO _ua_widths VALUES (?, ?, ?, ?)", widths)
-    tb = con.sql(EVENTS_SQL, params={"kinds": kinds}).to_arrow_table()
+    tb = con.sql(EVENTS_SQL.format(copies=copies), params={"kinds": kinds}).to_arrow_table()
     con.execute("DROP TABLE _ua_widths")
     if tb.num_rows == 0:
         return [], {}
@@ -173,10 +181,12 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[dict], dict
     repeat = np.zeros(m, bool)
     repeat[1:] = same_who[1:] & (c["act"][1:] == c["act"][:-1])
     gaps_at = np.flatnonzero(~start)  # a gap to the previous event of the same window
-    gaps = (t[gaps_at] - t[gaps_at - 1]).astype(float)
+    gaps = t[gaps_at] - t[gaps_at - 1]  # integer ms
     ggid = gid[gaps_at]
     med = _group_median(gaps, ggid, n_groups)
-    mad = _group_median(np.abs(gaps - med[ggid]), ggid, n_groups)
+    # |2·gap − 2·median| stays an integer (a median may end in .5)
+    mad = _group_median(np.abs(2 * gaps - np.rint(2 * med[ggid]).astype(np.int64)), ggid,
+                        n_groups) / 2
     n_gaps = np.bincount(ggid, minlength=n_groups)
     with np.errstate(divide="ignore", invalid="ignore"):
         robust_cv = np.where((n_gaps >= 2) & (med > 0), 1.4826 * mad / med, np.nan)
@@ -210,7 +220,7 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[dict], dict
                "who": actor if actor is not None else f"session {session}",
                "win": int(win[firsts[g]]), "n": int(n[g]),
                "start": _ts(int(t[firsts[g]])), "stop": _ts(int(t[lasts[g]])),
-               "width_ms": int(width_ms[g])}
+               "width_ms": int(width_ms[g]), "first_event": int(c["event_id"][firsts[g]])}
         for f in FEATURES:
             v = float(feats[f][g])
             row[f] = None if math.isnan(v) else v
@@ -224,7 +234,15 @@ def _ts(ms: int) -> dt.datetime:
 
 
 def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
-    wins, width_of = windows(con, p)
+    copies = create_copies_table(con)
+    try:
+        return _run(con, p, copies)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {COPIES}")
+
+
+def _run(con: duckdb.DuckDBPyConnection, p: Params, copies: str) -> list[Finding]:
+    wins, width_of = windows(con, p, copies)
     if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
         return []
 
@@ -354,9 +372,20 @@ def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own
             "score_threshold": p.score_threshold, "windows_scored": len(wins),
             "features": raw, "median_window": median, "z_scores": zs,
             "unusual_features": unusual, "corroborated_by": signals,
-            "evidence": [],
+            "evidence": _evidence(con, top, scores[best], unusual),
         },
     )
+
+
+def _evidence(con: duckdb.DuckDBPyConnection, top: dict, score: float,
+              unusual: list[str]) -> list[dict]:
+    row = con.execute("SELECT file, line FROM events WHERE event_id = ?",
+                      [top["first_event"]]).fetchone()
+    if not row:
+        return []
+    return [{"file": row[0], "line": row[1],
+             "note": f"first event of the most unusual window (score {score:.2f}; "
+                     f"{', '.join(f.replace('_', ' ') for f in unusual)})"}]
 
 
 def _fmt(v) -> str:

@@ -1,0 +1,671 @@
+"""rate_spike: a session's, an actor's or the whole log's event rate far above its own baseline.
+
+Method (peers §8): unit events (requests, messages, room posts, steps, LLM calls, triggers,
+session starts; never responses or lifecycle lines) are counted in buckets whose width is
+chosen from the data: the smallest of 1 s … 1 day that splits the busy span of the format's
+events (1st to 99th percentile of their times) into at most `target_buckets`. Each series
+(per session, per actor, and the whole log of one format) is walked in time order:
+
+- baseline: max(median, mean) of the trailing `baseline_buckets` normal buckets (never below
+  `floor_per_min`), scale max(1.4826·MAD, √baseline) — the Poisson floor;
+- a bucket opens a spike when it has at least `min_bucket_count` events, a robust z-score of at
+  least `z` and a one-sided Poisson tail p = P(X ≥ count | baseline) of at most `alpha`;
+- the baseline is then frozen (a level shift, not a new normal) and the spike runs while
+  buckets stay `continue_z` scales above it, bridging `merge_gap` quiet buckets;
+- start and end are refined on the events themselves: the bucket before and after are added,
+  and leading/trailing events more than `trim_gap_factor` typical gaps apart are dropped.
+
+A spike that another series explains better is dropped: sessions are tried first, then actors,
+then the whole log, and a later spike is kept only when the kept ones overlapping it in time
+cover less than 80% of its events; a broader spike kept that way absorbs the narrower
+spikes inside it (one incident, one finding; their names are in `details.includes`). A message
+stored by both parties (sven keeps a copy per node) counts once.
+
+Near-constant gaps between consecutive events (bproxy's metronome guard: |Δi − Δi−1| / Δi−1
+< 0.10 three or more times in a row, after subtracting the daemon's own `pacing_wait` and
+`error_delay` delays) are reported as evidence of a machine loop.
+
+Severity: high only for a large (≥ `high_ratio` × baseline, ≥ `high_excess` excess events),
+significant and sustained (≥ `high_duration_s`) spike whose busiest single actor runs at machine
+speed (faster than `human_rate_per_s`, bproxy's own cap); otherwise medium (enough excess, or a
+metronome cadence, or machine speed), or low when it is small. A busy but human-paced session,
+polling that backs off, or even steady polling every few seconds therefore never reaches high:
+a metronome cadence is evidence of a machine, not of a runaway one. Rate spikes
+are often the visible side of a loop another detector names (repeated_error, ping_pong):
+attribution gives those events to the better explanation, and this finding keeps its totals.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+
+from .base import Detector, Finding, param
+
+UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start")
+NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                 43200, 86400)
+GUARD_ERRORS = ("METRONOME_DETECTED", "RATE_LIMITED")
+COPIES = "_unit_copies"  # temp table: second stored copies of one message (sven keeps one per node)
+SCOPES = ("session", "actor", "log")  # the order spikes are kept in: most specific first
+COVERED = 0.8  # a spike whose events the kept spikes already hold to this share adds nothing
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+@dataclass
+class Params:
+    target_buckets: int = param(600, "bucket width: the smallest of 1 s … 1 day that splits the "
+                                     "busy span (1st–99th percentile of event times) into at "
+                                     "most this many buckets")
+    baseline_buckets: int = param(60, "trailing window of normal (non-spike) buckets the "
+                                      "baseline is computed from")
+    min_history: int = param(10, "normal buckets a series needs before it can spike: without "
+                                 "its own baseline a series is not tested")
+    z: float = param(6.0, "robust z-score (count − baseline) / max(1.4826·MAD, √baseline) a "
+                          "bucket needs to open a spike")
+    alpha: float = param(1e-6, "one-sided Poisson tail p a bucket needs to open a spike (and "
+                               "the whole spike needs, against baseline × its length)")
+    min_bucket_count: int = param(5, "events a bucket needs to open a spike")
+    continue_z: float = param(3.0, "a spike continues through buckets at least this many "
+                                   "scales above the frozen baseline")
+    merge_gap: int = param(2, "quiet buckets bridged inside one spike")
+    floor_per_min: float = param(0.1, "the baseline is never below this many events per "
+                                      "minute, so a silent series does not spike on a handful")
+    min_count: int = param(30, "events a spike needs")
+    min_excess: int = param(20, "events above the baseline a spike needs")
+    min_ratio: float = param(4.0, "spike rate / baseline rate a spike needs")
+    trim_gap_factor: float = param(5.0, "start/end refinement: leading and trailing events "
+                                        "more than this many median gaps apart are dropped")
+    human_rate_per_s: float = param(1.0, "sustained rates above this are machine speed "
+                                         "(bproxy's own cap is 60 requests a minute)")
+    metronome_tolerance: float = param(0.10, "two consecutive gaps are equal when they differ "
+                                             "by less than this fraction (bproxy's guard)")
+    metronome_run: int = param(3, "equal gaps in a row that make a metronome run")
+    metronome_share: float = param(0.5, "share of a spike's gaps inside metronome runs that "
+                                        "marks its cadence as a machine's")
+    metronome_max_gap_s: float = param(60.0, "gaps longer than this are not cadence")
+    cadence_sample: int = param(20000, "cadence is measured on the first this many events of a "
+                                       "spike")
+    high_ratio: float = param(10.0, "high needs the spike rate this many times the baseline")
+    high_excess: int = param(300, "high needs this many events above the baseline")
+    high_duration_s: float = param(60.0, "high needs the spike to last this long")
+    medium_excess: int = param(60, "below this many excess events (and without machine pace) "
+                                   "a spike is low")
+
+
+@dataclass
+class _Spike:
+    fmt: str
+    scope: str
+    key: str
+    width_ms: int
+    origin_ms: int
+    first_b: int  # real bucket indices
+    last_b: int
+    baseline: float  # events per bucket
+    scale: float
+    open_z: float
+    open_log10_p: float
+    buckets: dict[int, int] = field(default_factory=dict)
+    includes: list[str] = field(default_factory=list)  # narrower spikes this one absorbed
+    copies: str = ""  # SQL condition skipping second copies of stored-twice messages
+
+    def count(self) -> int:
+        return sum(self.buckets.values())
+
+    def overlap(self, other: _Spike) -> int:
+        if other.fmt != self.fmt:
+            return 0
+        return sum(min(n, other.buckets.get(b, 0)) for b, n in self.buckets.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics
+
+
+def poisson_log10_sf(x: float, lam: float) -> float:
+    """log10 P(X ≥ x) for X ~ Poisson(lam); exact series summed in log space (no scipy)."""
+    x = int(math.ceil(x))
+    if x <= 0:
+        return 0.0
+    if lam <= 0:
+        return -math.inf
+    if x <= lam:
+        return 0.0  # not in the upper tail: no evidence of a spike (p is 0.5 or more, roughly)
+    log_term = x * math.log(lam) - lam - math.lgamma(x + 1)
+    total, term, k = 1.0, 1.0, x
+    while True:  # terms shrink at least geometrically because k ≥ x > lam
+        k += 1
+        term *= lam / k
+        total += term
+        if term < 1e-16 * total or k > x + 100_000:
+            break
+    return (log_term + math.log(total)) / math.log(10)
+
+
+def metronome(times_ms: np.ndarray, delays_ms: np.ndarray | None, tolerance: float,
+              run: int, max_gap_ms: float) -> dict:
+    """Cadence of consecutive events: gaps (minus the service's own delays), how many of them
+    sit in runs of `run`+ near-equal gaps, the longest run and where it starts."""
+    out = {"gaps": 0, "median_gap_ms": None, "gap_cv": None, "equal_runs": 0,
+           "longest_run": 0, "share_in_runs": 0.0, "longest_run_start": None,
+           "longest_run_gap_ms": None}
+    if len(times_ms) < 3:
+        return out
+    gaps = np.diff(times_ms).astype(float)
+    if delays_ms is not None:
+        gaps = np.maximum(gaps - delays_ms[:-1], 0.0)
+    out["gaps"] = int(len(gaps))
+    out["median_gap_ms"] = float(np.median(gaps))
+    mean = float(gaps.mean())
+    out["gap_cv"] = float(gaps.std() / mean) if mean > 0 else None
+    prev, cur = gaps[:-1], gaps[1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(cur - prev) / prev
+    equal = (prev > 0) & (prev <= max_gap_ms) & (cur <= max_gap_ms) & (rel < tolerance)
+    if not equal.any():
+        return out
+    padded = np.concatenate(([False], equal, [False])).astype(np.int8)
+    edges = np.flatnonzero(np.diff(padded))
+    starts, ends = edges[0::2], edges[1::2]
+    lengths = ends - starts
+    good = lengths >= run
+    out["equal_runs"] = int(good.sum())
+    out["share_in_runs"] = float(lengths[good].sum() / len(equal)) if good.any() else 0.0
+    i = int(np.argmax(lengths))
+    out["longest_run"] = int(lengths[i])
+    if lengths[i] >= run:
+        # equal[j] compares gap j and gap j+1, i.e. events j .. j+2
+        out["longest_run_start"] = int(starts[i])
+        out["longest_run_gap_ms"] = float(np.median(gaps[starts[i]:ends[i] + 1]))
+    return out
+
+
+def create_copies_table(con: duckdb.DuckDBPyConnection) -> str:
+    """A message both parties stored is one message: list the event ids of every copy after
+    the first (per kind and message id), so rates and gaps count each message once. Findings
+    still claim both copies: their lines and bytes are the loop's (attribution dedups units).
+    Returns the SQL condition that skips the copies (empty when there are none)."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {COPIES} AS
+        SELECT event_id FROM (
+          SELECT event_id, row_number() OVER (PARTITION BY kind, corr_id ORDER BY event_id) AS n
+          FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
+        WHERE n > 1""")
+    if not con.execute(f"SELECT count(*) FROM {COPIES}").fetchone()[0]:
+        return ""
+    return f"AND e.event_id NOT IN (SELECT event_id FROM {COPIES})"
+
+
+def bucket_width_s(span_s: float, target: int) -> int:
+    for w in NICE_WIDTHS_S:
+        if span_s / w <= target:
+            return w
+    return NICE_WIDTHS_S[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# walking the series
+
+
+def _scan_series(idx: np.ndarray, counts: np.ndarray, p: Params, floor: float) -> list[tuple]:
+    """Spikes in one series given its non-empty buckets. Long silences are shortened to
+    `baseline_buckets` zeros: more zeros would not change the trailing window."""
+    gaps = np.diff(idx, prepend=idx[0]) - 1
+    gaps[0] = 0
+    zeros = np.minimum(gaps, p.baseline_buckets)
+    n = int(len(idx) + zeros.sum())
+    dense = np.zeros(n, np.int64)
+    real = np.empty(n, np.int64)
+    pos = np.arange(len(idx)) + np.cumsum(zeros)
+    dense[pos] = counts
+    real[pos] = idx
+    # the zeros kept after each non-empty bucket carry the bucket indices that follow it
+    fill = np.ones(n, bool)
+    fill[pos] = False
+    if fill.any():
+        owner = np.maximum.accumulate(np.where(fill, -1, np.arange(n)))
+        real[fill] = real[owner[fill]] + (np.arange(n) - owner)[fill]
+
+    hist: deque[int] = deque()
+    srt: list[int] = []
+    total = 0
+    spikes: list[tuple] = []
+    cur: list | None = None  # [first, last, lam, scale, z, log10p, cont_threshold]
+    quiet: list[int] = []
+    W = p.baseline_buckets
+
+    def push(x: int) -> None:
+        nonlocal total
+        hist.append(x)
+        bisect.insort(srt, x)
+        total += x
+        if len(hist) > W:
+            old = hist.popleft()
+            del srt[bisect.bisect_left(srt, old)]
+            total -= old
+
+    for i in range(n):
+        x = int(dense[i])
+        if cur is not None:
+            if x >= cur[6]:
+                cur[1] = i
+                quiet.clear()
+                continue
+            quiet.append(x)
+            if len(quiet) <= p.merge_gap:
+                continue
+            spikes.append(tuple(cur))
+            cur = None
+            for q in quiet[:-1]:
+                push(q)
+            quiet.clear()
+        if len(hist) >= p.min_history and x >= p.min_bucket_count:
+            m = len(srt)
+            med = srt[m // 2] if m % 2 else (srt[m // 2 - 1] + srt[m // 2]) / 2
+            lam = max(med, total / m, floor)
+            if x > lam:
+                mad = float(np.median(np.abs(np.asarray(srt, float) - med)))
+                scale = max(1.4826 * mad, math.sqrt(lam))
+                z = (x - lam) / scale
+                lp = poisson_log10_sf(x, lam)
+                if z >= p.z and lp <= math.log10(p.alpha):
+                    cont = max(lam + p.continue_z * scale, 2.0)
+                    cur = [i, i, lam, scale, z, lp, cont]
+                    quiet.clear()
+                    continue
+        push(x)
+    if cur is not None:
+        spikes.append(tuple(cur))
+    out = []
+    for first, last, lam, scale, z, lp, _ in spikes:
+        seg = {int(real[j]): int(dense[j]) for j in range(first, last + 1) if dense[j]}
+        out.append((int(real[first]), int(real[last]), lam, scale, z, lp, seg))
+    return out
+
+
+SERIES_SQL = """
+SELECT format, CASE WHEN grouping(session) = 0 THEN 'session'
+                    WHEN grouping(actor) = 0 THEN 'actor' ELSE 'log' END AS scope,
+       coalesce(session, actor, format) AS key, b, count(*) AS n
+FROM (SELECT e.format, e.session, e.actor,
+             (epoch_ms(e.ts) - s.origin) // s.width AS b
+      FROM events e JOIN _rs_widths s ON s.format = e.format
+      WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL {copies})
+GROUP BY GROUPING SETS ((format, session, b), (format, actor, b), (format, b))
+HAVING (grouping(session) = 1 OR session IS NOT NULL) AND (grouping(actor) = 1 OR actor IS NOT NULL)
+ORDER BY format, scope, key, b
+"""
+
+SPAN_SQL = """
+SELECT format, count(*) AS n, min(epoch_ms(ts)) AS lo,
+       quantile_disc(epoch_ms(ts), 0.01) AS q1, quantile_disc(epoch_ms(ts), 0.99) AS q99
+FROM events e WHERE list_contains($kinds, kind) AND ts IS NOT NULL {copies}
+GROUP BY format ORDER BY format
+"""
+
+SCOPE_COND = {"session": "e.session = $key", "actor": "e.actor = $key", "log": "true"}
+
+
+def _claim_sql(scope: str) -> str:
+    cond = SCOPE_COND[scope]
+    return f"""
+SELECT e.event_id FROM events e
+WHERE list_contains($kinds, e.kind) AND e.format = $format AND e.ts BETWEEN $start AND $stop
+  AND {cond}
+UNION ALL
+SELECT o.event_id FROM events o
+WHERE o.kind IN ('response', 'lifecycle') AND o.format = $format
+  AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
+  AND (o.file, o.corr_id) IN (
+    SELECT (e.file, e.corr_id) FROM events e
+    WHERE e.kind = 'request' AND e.format = $format AND e.ts BETWEEN $start AND $stop
+      AND e.corr_id IS NOT NULL AND {cond})
+"""
+
+
+def _params(scope: str, fmt: str, key: str, **more) -> dict:
+    out = {"kinds": list(UNIT_KINDS), "format": fmt} | more
+    if scope != "log":
+        out["key"] = key
+    return out
+
+
+def _ts(ms: float) -> dt.datetime:
+    return EPOCH + dt.timedelta(milliseconds=int(ms))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
+    copies = create_copies_table(con)
+    try:
+        return _run(con, p, copies)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {COPIES}")
+
+
+def _run(con: duckdb.DuckDBPyConnection, p: Params, copies: str) -> list[Finding]:
+    kinds = list(UNIT_KINDS)
+    spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
+    if not spans:
+        return []
+    widths = []
+    for fmt, _n, lo, q1, q99 in spans:
+        w = bucket_width_s(max((q99 - q1) / 1000.0, 1.0), p.target_buckets)
+        widths.append((fmt, w * 1000, (lo // (w * 1000)) * (w * 1000)))
+    con.execute("CREATE OR REPLACE TEMP TABLE _rs_widths (format VARCHAR, width BIGINT, origin BIGINT)")
+    con.executemany("INSERT INTO _rs_widths VALUES (?, ?, ?)", widths)
+    table = con.sql(SERIES_SQL.format(copies=copies), params={"kinds": kinds}).to_arrow_table()
+    con.execute("DROP TABLE _rs_widths")
+    width_of = {f: (w, o) for f, w, o in widths}
+
+    fmts = table.column("format").to_pylist()
+    scopes = table.column("scope").to_pylist()
+    keys = table.column("key").to_pylist()
+    b = table.column("b").to_numpy()
+    cnt = table.column("n").to_numpy()
+    candidates: list[_Spike] = []
+    start = 0
+    n_rows = len(b)
+    while start < n_rows:
+        end = start
+        ident = (fmts[start], scopes[start], keys[start])
+        while end < n_rows and (fmts[end], scopes[end], keys[end]) == ident:
+            end += 1
+        idx, counts = b[start:end], cnt[start:end]
+        start = end
+        if counts.sum() < p.min_count or counts.max() < p.min_bucket_count:
+            continue
+        w_ms, origin = width_of[ident[0]]
+        floor = p.floor_per_min * w_ms / 60_000.0
+        for first, last, lam, scale, z, lp, seg in _scan_series(idx, counts, p, floor):
+            sp = _Spike(ident[0], ident[1], ident[2], w_ms, origin, first, last, lam, scale, z, lp,
+                        seg, copies=copies)
+            nb = last - first + 1
+            if (sp.count() >= p.min_count and sp.count() - lam * nb >= p.min_excess
+                    and sp.count() / (lam * nb) >= p.min_ratio):
+                candidates.append(sp)
+
+    kept: list[_Spike] = []
+    for scope in SCOPES:
+        for sp in sorted((c for c in candidates if c.scope == scope),
+                         key=lambda c: (-c.count(), c.fmt, c.key, c.first_b)):
+            covered = sum(k.overlap(sp) for k in kept)
+            if covered < COVERED * sp.count():
+                # a broader spike that contains narrower ones replaces them: one incident
+                inner = [k for k in kept if k.overlap(sp) >= COVERED * k.count()]
+                if inner:
+                    kept = [k for k in kept if k not in inner]
+                    sp.includes = sorted(f"{k.scope} {k.key}" for k in inner)
+                kept.append(sp)
+    findings = [f for f in (_finding(con, sp, p) for sp in kept) if f is not None]
+    return sorted(findings, key=lambda f: (f.start, f.key))
+
+
+def _events(con: duckdb.DuckDBPyConnection, sp: _Spike) -> tuple[np.ndarray, np.ndarray]:
+    """Times (epoch ms) and event ids of the series from one bucket before to one after."""
+    lo = sp.origin_ms + (sp.first_b - 1) * sp.width_ms
+    hi = sp.origin_ms + (sp.last_b + 2) * sp.width_ms
+    sql = f"""
+      SELECT epoch_ms(e.ts) AS t, e.event_id FROM events e
+      WHERE list_contains($kinds, e.kind) AND e.format = $format AND e.ts >= $lo AND e.ts < $hi
+        AND {SCOPE_COND[sp.scope]} {sp.copies}
+      ORDER BY e.ts, e.event_id"""
+    t = con.sql(sql, params=_params(sp.scope, sp.fmt, sp.key, lo=_ts(lo), hi=_ts(hi))).to_arrow_table()
+    return t.column("t").to_numpy().astype(np.int64), t.column("event_id").to_numpy()
+
+
+def _own_delays(con: duckdb.DuckDBPyConnection, sp: _Spike, times: np.ndarray,
+                ids: np.ndarray) -> np.ndarray:
+    """The service's own delay (bproxy `pacing_wait` + `error_delay`, ms) before answering
+    each event: the caller could not send its next request before that answer."""
+    sql = f"""
+      SELECT e.event_id, d.delay FROM events e
+      JOIN (SELECT file, corr_id,
+                   sum(TRY_CAST(json_extract_string(extra, '$.delay_ms') AS DOUBLE)) AS delay
+            FROM events e
+            WHERE kind = 'lifecycle' AND event_type IN ('pacing_wait', 'error_delay')
+              AND format = $format AND ts >= $lo AND ts < $hi + INTERVAL 1 MINUTE
+              AND {SCOPE_COND[sp.scope]}
+            GROUP BY file, corr_id) d ON d.file = e.file AND d.corr_id = e.corr_id
+      WHERE e.kind = 'request' AND e.format = $format AND e.ts >= $lo AND e.ts <= $hi
+        AND {SCOPE_COND[sp.scope]}"""
+    params = _params(sp.scope, sp.fmt, sp.key, lo=_ts(times[0]), hi=_ts(times[-1]))
+    del params["kinds"]
+    rows = con.execute(sql, params).fetchall()
+    delays = np.zeros(len(ids))
+    if rows:
+        order = np.argsort(ids, kind="stable")
+        found = np.array([r[0] for r in rows], ids.dtype)
+        at = np.searchsorted(ids[order], found)
+        ok = (at < len(ids)) & (ids[order][np.minimum(at, len(ids) - 1)] == found)
+        delays[order[at[ok]]] = [float(r[1] or 0) for r, good in zip(rows, ok, strict=True) if good]
+    return delays
+
+
+def _trim(times: np.ndarray, sp: _Spike, factor: float) -> tuple[int, int]:
+    """Index range [i, j] of the spike's own events: the core buckets, extended into the
+    neighbour buckets by the dense run that leads in and out, minus leading and trailing
+    stragglers more than `factor` typical gaps apart (the level shift's exact edges)."""
+    core_lo = sp.origin_ms + sp.first_b * sp.width_ms
+    core_hi = sp.origin_ms + (sp.last_b + 1) * sp.width_ms
+    ci = np.flatnonzero((times >= core_lo) & (times < core_hi))
+    if len(ci) < 3:
+        return (int(ci[0]), int(ci[-1])) if len(ci) else (0, len(times) - 1)
+    c0, c1 = int(ci[0]), int(ci[-1])
+    limit = max(factor * float(np.median(np.diff(times[c0:c1 + 1]))), 1.0)
+    sparse = np.diff(times) > limit  # sparse[k]: events k and k+1 are far apart
+    cap = max(len(ci) // 10, 1)
+    # in: back over the dense run before the core, then forward past sparse stragglers
+    before = np.flatnonzero(sparse[:c0])
+    i = int(before[-1]) + 1 if len(before) else 0
+    ahead = np.flatnonzero(~sparse[i:min(i + cap + (c0 - i), c1 - 1)])
+    i = i + int(ahead[0]) if len(ahead) else i
+    # out: forward over the dense run after the core, then back past sparse stragglers
+    after = np.flatnonzero(sparse[c1:])
+    j = c1 + int(after[0]) if len(after) else len(times) - 1
+    lo = max(i + 1, j - cap - (j - c1))
+    back = np.flatnonzero(~sparse[lo:j])
+    j = lo + int(back[-1]) + 1 if len(back) else j
+    return i, j
+
+
+def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding | None:
+    times, ids = _events(con, sp)
+    if len(times) == 0:
+        return None
+    i, j = _trim(times, sp, p.trim_gap_factor)
+    t0, t1 = int(times[i]), int(times[j])
+    n = j - i + 1
+    duration_s = (t1 - t0) / 1000.0
+    base_per_s = sp.baseline / (sp.width_ms / 1000.0)
+    rate = n / max((t1 - t0) / 1000.0, sp.width_ms / 1000.0) if n > 1 else 0.0
+    expected = base_per_s * max((t1 - t0) / 1000.0, sp.width_ms / 1000.0)
+    excess = n - expected
+    ratio = rate / base_per_s if base_per_s > 0 else math.inf
+    seg_lp = poisson_log10_sf(n, expected)
+    if n < p.min_count or excess < p.min_excess or ratio < p.min_ratio \
+            or seg_lp > math.log10(p.alpha):
+        return None
+    peak_b = max(sp.buckets, key=lambda k: (sp.buckets[k], -k))
+    peak_rate = sp.buckets[peak_b] / (sp.width_ms / 1000.0)
+    k = min(j + 1, i + p.cadence_sample)
+    delays = _own_delays(con, sp, times[i:k], ids[i:k])
+    cad = metronome(times[i:k], delays, p.metronome_tolerance, p.metronome_run,
+                    p.metronome_max_gap_s * 1000)
+    machine_cadence = cad["share_in_runs"] >= p.metronome_share
+    start, stop = _ts(t0), _ts(t1)
+    stop_day = "" if stop.date() == start.date() else f" on {stop:%Y-%m-%d}"
+
+    cond = SCOPE_COND[sp.scope]
+    parts = con.execute(
+        f"""SELECT actor, session, target, count(*) AS n,
+                   count(*) FILTER (WHERE list_contains($guards, error)) AS guards
+            FROM events e
+            WHERE list_contains($kinds, e.kind) AND e.format = $format
+              AND e.ts BETWEEN $start AND $stop AND {cond} {sp.copies}
+            GROUP BY ALL ORDER BY n DESC, actor, session, target""",
+        _params(sp.scope, sp.fmt, sp.key, start=start, stop=stop, guards=list(GUARD_ERRORS)),
+    ).fetchall()
+    actors, sessions, targets = _share(parts, 0, n), _share(parts, 1, n), _share(parts, 2, n)
+    guards = sum(r[4] for r in parts)
+    per_actor: dict[str, int] = {}
+    for r in parts:
+        if r[0] is not None:
+            per_actor[r[0]] = per_actor.get(r[0], 0) + r[3]
+    # one caller's pace: several actors together (or a log written by both ends) are no person
+    actor_rate = rate * (max(per_actor.values()) / n if per_actor else 1.0)
+    machine_rate = actor_rate >= p.human_rate_per_s
+    if sp.scope == "session":
+        sessions = [sp.key] + [s for s in sessions if s != sp.key]
+    elif sp.scope == "actor":
+        actors = [sp.key] + [a for a in actors if a != sp.key]
+
+    large = ratio >= p.high_ratio and excess >= p.high_excess
+    sustained = duration_s >= p.high_duration_s
+    if large and sustained and machine_rate:
+        severity = "high"
+    elif excess >= p.medium_excess or machine_cadence or machine_rate:
+        severity = "medium"
+    else:
+        severity = "low"
+
+    evidence = _evidence(con, ids, i, j, cad, sp, peak_b, times, guards > 0, sp.fmt)
+    who = {"session": f"session {sp.key}", "actor": f"actor {sp.key}",
+           "log": f"the whole {sp.fmt} log"}[sp.scope]
+    title = (f"{who}: {n:,} events in {_human(duration_s)} at {_rate(rate)}, "
+             f"{ratio:,.0f}× its baseline" if math.isfinite(ratio) else
+             f"{who}: {n:,} events in {_human(duration_s)} at {_rate(rate)}")
+    pace = []
+    if machine_cadence:
+        pace.append(f"near-constant gaps of ~{cad['longest_run_gap_ms']:.0f} ms "
+                    f"({cad['share_in_runs']:.0%} of gaps in runs of ≥{p.metronome_run} equal "
+                    "gaps): the cadence of a machine loop, not a person")
+    elif machine_rate:
+        pace.append(f"one caller ran at {_rate(actor_rate)}, faster than {p.human_rate_per_s:g}/s, "
+                    "which no person sustains")
+    if guards:
+        pace.append(f"the service's rate guard answered {guards:,} of them "
+                    f"({'/'.join(GUARD_ERRORS)})")
+    summary = (
+        f"From {start:%Y-%m-%d %H:%M:%S} to {stop:%H:%M:%S}{stop_day} {who} produced {n:,} events "
+        f"({_rate(rate)}, peak {_rate(peak_rate)} in one {sp.width_ms // 1000} s bucket) against a "
+        f"baseline of {_rate(base_per_s)} measured over the {p.baseline_buckets} buckets before: "
+        f"{excess:,.0f} events more than expected (Poisson p ≈ 1e{max(seg_lp, -300):.0f})."
+        + (" " + _sentence("; ".join(pace)) if pace else "")
+        + (f" Mostly {', '.join(actors[:3])}." if sp.scope != "actor" and actors else "")
+    )
+    return Finding(
+        detector="rate_spike",
+        key=f"{sp.fmt}|{sp.scope}|{sp.key}|{start:%Y-%m-%dT%H:%M:%S}",
+        severity=severity, title=title, summary=summary,
+        recommendation=_recommendation(machine_cadence, machine_rate, guards),
+        start=start, end=stop,
+        actors=actors, targets=targets, sessions=sessions,
+        claim_sql=_claim_sql(sp.scope),
+        claim_params=_params(sp.scope, sp.fmt, sp.key, start=start, stop=stop),
+        unit_kinds=UNIT_KINDS,
+        details={
+            "scope": sp.scope, "series": sp.key, "format": sp.fmt,
+            "bucket_s": sp.width_ms / 1000, "baseline_window_buckets": p.baseline_buckets,
+            "baseline_per_bucket": sp.baseline, "baseline_per_s": base_per_s,
+            "baseline_scale": sp.scale, "open_z": sp.open_z, "open_log10_p": sp.open_log10_p,
+            "count": n, "expected": expected, "excess": excess, "duration_s": duration_s,
+            "rate_per_s": rate, "peak_per_s": peak_rate, "ratio": ratio,
+            "log10_p": max(seg_lp, -300.0), "buckets": len(sp.buckets),
+            "cadence": {k: v for k, v in cad.items() if k != "longest_run_start"},
+            "top_actor_rate_per_s": actor_rate,
+            "machine_cadence": machine_cadence, "machine_rate": machine_rate,
+            "guard_responses": guards, "includes": sp.includes, "evidence": evidence,
+        },
+    )
+
+
+def _share(rows: list[tuple], col: int, n: int, min_share: float = 0.1, top: int = 5) -> list[str]:
+    tally: dict[str, int] = {}
+    for r in rows:
+        if r[col] is not None:
+            tally[r[col]] = tally.get(r[col], 0) + r[3]
+    ranked = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [k for k, v in ranked if v >= min_share * n][:top]
+
+
+def _evidence(con, ids, i, j, cad, sp: _Spike, peak_b, times, guarded: bool, fmt) -> list[dict]:
+    picks: list[tuple[int, str]] = [(int(ids[i]), "first event of the spike")]
+    peak_lo = sp.origin_ms + peak_b * sp.width_ms
+    k = int(np.searchsorted(times, peak_lo))
+    if i < k <= j:
+        picks.append((int(ids[k]), f"busiest bucket begins ({sp.buckets[peak_b]:,} events in "
+                                   f"{sp.width_ms // 1000} s)"))
+    if cad["longest_run_start"] is not None and cad["longest_run"] >= 3:
+        picks.append((int(ids[i + cad["longest_run_start"]]),
+                      f"{cad['longest_run'] + 2} events in a row at near-equal gaps of "
+                      f"~{cad['longest_run_gap_ms']:.0f} ms (metronome cadence)"))
+    picks.append((int(ids[j]), "last event of the spike"))
+    rows = dict((r[0], (r[1], r[2])) for r in con.execute(
+        "SELECT event_id, file, line FROM events WHERE list_contains($ids, event_id)",
+        {"ids": [e for e, _ in picks]}).fetchall())
+    out = [{"file": rows[e][0], "line": rows[e][1], "note": note} for e, note in picks if e in rows]
+    if guarded:
+        cond = SCOPE_COND[sp.scope]
+        row = con.execute(
+            f"""SELECT file, line, error FROM events e
+                WHERE list_contains($guards, e.error) AND e.format = $format
+                  AND e.ts BETWEEN $start AND $stop AND list_contains($kinds, e.kind) AND {cond}
+                ORDER BY e.ts, e.line LIMIT 1""",
+            _params(sp.scope, fmt, sp.key, guards=list(GUARD_ERRORS), start=_ts(times[i]),
+                    stop=_ts(times[j]))).fetchone()
+        if row:
+            out.append({"file": row[0], "line": row[1],
+                        "note": f"first {row[2]}: the service's own guard saw the same thing"})
+    return out
+
+
+def _recommendation(cadence: bool, machine: bool, guards: int) -> str:
+    text = ("Cap the rate per caller and per session at the service (e.g. 60 a minute, with a "
+            "minimum interval) and add a circuit breaker that stops a caller whose rate stays far "
+            "above its own baseline")
+    if cadence:
+        text += ("; requests arrived at a metronome cadence, so the caller is a loop: give it an "
+                 "attempt budget and make it exit instead of retrying")
+    elif machine:
+        text += "; the pace is a machine's: bound the loop that sends them (attempt or time budget)"
+    if guards:
+        text += "; the service's guard already answered with errors, so make those errors terminal"
+    return text + "."
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
+def _rate(per_s: float) -> str:
+    if per_s >= 1:
+        return f"{per_s:,.3g}/s"
+    if per_s * 60 >= 1:
+        return f"{per_s * 60:,.3g}/min"
+    return f"{per_s * 3600:,.3g}/h"
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+DETECTOR = Detector(
+    name="rate_spike",
+    description="a session's, actor's or the whole log's event rate far above its own baseline",
+    params=Params,
+    run=run,
+    rank=60,
+)

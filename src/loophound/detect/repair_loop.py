@@ -1,0 +1,244 @@
+"""repair_loop: an LLM coordinator's repair loop exhausted step after step (LabTrust-Gym).
+
+LabTrust's runner asks the coordinator for a proposal, validates and shields it, and on failure
+sends a repair request, up to `1 + max_repairs` attempts per step (`LLM_COORD_PROPOSAL_ATTEMPT`
+lines, kind `repair_attempt`, depth = `attempt_index`). One exhausted step is bad luck; the
+seed-003 failure is a *frozen planner*: on consecutive steps every attempt fails, the model
+re-sends the very same proposal (same `proposal_hash` on every attempt, often on every step),
+and the prompt grows with each repair transcript (`tokens_in` of the step's `LLM_COORD_PROPOSAL`
+line keeps rising), so each wasted step costs more than the last.
+
+A step is *exhausted* when its attempts reach the cap and its last attempt still failed
+(`validation_failed`, or a positive `blocked_count`). The cap is `1 + max_repairs`; the log does
+not state `max_repairs` (results.json does, as `config.max_repairs`, and is used when the companion row
+carries it), so it is inferred per episode as the highest `attempt_index` seen there
+(`max_repairs` = that − 1), or `default_max_repairs` when no step was ever repaired. A finding is
+a run of at least `min_steps` consecutive exhausted steps (step ids at most `max_step_gap`
+apart) in one episode. Steps whose repairs succeed (the healthy case: attempt 2 passes) break a
+run and are never findings. The repeated BLOCKED step lines of an agent are repeated_error's.
+
+Severity: medium for an exhausted run; high when the model re-sent an identical proposal on
+the attempts of most steps, or validation failed on every attempt; critical when that also
+lasted `critical_steps` steps or the prompt kept growing (tokens_in up by `growth_ratio`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import duckdb
+
+from .base import Detector, Finding, param
+
+
+@dataclass
+class Params:
+    min_steps: int = param(3, "consecutive exhausted steps that make a loop")
+    max_step_gap: int = param(1, "step ids at most this far apart are consecutive")
+    default_max_repairs: int = param(2, "max_repairs when the log never shows a repair "
+                                        "(the cap is then 1 + this)")
+    max_repairs: int = param(-1, "the runner's max_repairs when known (results.json "
+                                 "`config.max_repairs`); -1 infers it from the log")
+    identical_share: float = param(0.8, "share of the run's steps that re-sent one identical "
+                                        "proposal on all their attempts for high")
+    critical_steps: int = param(20, "an identical, failing loop this many steps long is critical")
+    growth_ratio: float = param(1.5, "tokens_in of the last steps over the first steps that "
+                                     "counts as a growing prompt")
+
+
+STEPS_SQL = """
+WITH att AS (
+  SELECT event_id, ts, file, line, session, corr_id, actor, depth AS attempt, ok,
+         json_extract_string(extra, '$.proposal_hash') AS phash,
+         TRY_CAST(json_extract_string(extra, '$.step_id') AS BIGINT) AS step_id,
+         TRY_CAST(json_extract_string(extra, '$.blocked_count') AS BIGINT) AS blocked,
+         json_extract(extra, '$.failed_validation_fields') AS fields
+  FROM events WHERE kind = 'repair_attempt'
+),
+cap AS (
+  SELECT a.session, max(a.attempt) AS max_attempt, any_value(m.max_repairs) AS stated_max_repairs
+  FROM att a LEFT JOIN (
+    -- results.json beside the log, when its reader keeps the run's config
+    SELECT session, max(TRY_CAST(coalesce(json_extract_string(extra, '$.config.max_repairs'),
+                                          json_extract_string(extra, '$.max_repairs')) AS INTEGER))
+             AS max_repairs
+    FROM events WHERE kind = 'episode_metrics' GROUP BY session) m
+    ON m.session IS NOT DISTINCT FROM a.session
+  GROUP BY a.session
+),
+steps AS (
+  SELECT session, corr_id, min(step_id) AS step_id, count(*) AS attempts,
+         max(attempt) AS last_attempt,
+         arg_max(coalesce(ok, false) AND coalesce(blocked, 0) = 0, attempt) AS last_ok,
+         bool_and(ok IS FALSE) AS all_failed_validation,
+         count(DISTINCT phash) AS hashes, any_value(phash) AS phash,
+         min(ts) AS start, max(ts) AS stop,
+         arg_min(file, line) AS first_file, min(line) AS first_line, max(line) AS last_line,
+         list(DISTINCT actor) FILTER (WHERE actor IS NOT NULL) AS actors,
+         any_value(CAST(fields AS VARCHAR)) AS fields
+  FROM att GROUP BY session, corr_id
+)
+SELECT s.*, c.max_attempt, c.stated_max_repairs,
+       l.tokens_in, l.tokens_out, l.cost_usd, l.model, l.actor AS llm_actor
+FROM steps s JOIN cap c USING (session)
+LEFT JOIN (SELECT session, corr_id, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
+                  sum(cost_usd) AS cost_usd, count(*) FILTER (WHERE cost_usd IS NULL) AS unpriced,
+                  any_value(model) AS model, any_value(actor) AS actor
+           FROM events WHERE kind = 'llm_call' GROUP BY session, corr_id) l
+  ON l.session IS NOT DISTINCT FROM s.session AND l.corr_id = s.corr_id
+ORDER BY s.session, s.step_id NULLS LAST, s.corr_id
+"""
+
+CLAIM = """
+SELECT event_id FROM events
+WHERE kind IN ('repair_attempt', 'llm_call') AND session IS NOT DISTINCT FROM $session
+  AND list_contains($proposals, corr_id)
+"""
+
+
+def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
+    rows = con.execute(STEPS_SQL).fetchall()
+    cols = [d[0] for d in con.description]
+    steps = [dict(zip(cols, r, strict=True)) for r in rows]
+    findings: list[Finding] = []
+    run_: list[dict] = []
+
+    def flush() -> None:
+        if len(run_) >= p.min_steps:
+            findings.append(_finding(con, list(run_), p))
+        run_.clear()
+
+    for s in steps:
+        if p.max_repairs >= 0:
+            cap, s["cap_from"] = 1 + p.max_repairs, "setting"
+        elif s["stated_max_repairs"] is not None:
+            cap, s["cap_from"] = 1 + s["stated_max_repairs"], "results.json"
+        elif s["max_attempt"] and s["max_attempt"] > 1:
+            cap, s["cap_from"] = s["max_attempt"], "highest attempt_index in the episode"
+        else:
+            cap, s["cap_from"] = 1 + p.default_max_repairs, "default_max_repairs"
+        s["cap"] = cap
+        exhausted = s["last_attempt"] >= cap and not s["last_ok"] and s["step_id"] is not None
+        if run_ and (not exhausted or s["session"] != run_[-1]["session"]
+                     or s["step_id"] - run_[-1]["step_id"] > p.max_step_gap):
+            flush()
+        if exhausted:
+            run_.append(s)
+    flush()
+    return findings
+
+
+def _finding(con: duckdb.DuckDBPyConnection, steps: list[dict], p: Params) -> Finding:
+    first, last = steps[0], steps[-1]
+    n = len(steps)
+    attempts = sum(s["attempts"] for s in steps)
+    identical_steps = sum(1 for s in steps if s["hashes"] == 1 and s["attempts"] > 1)
+    hashes = sorted({s["phash"] for s in steps if s["phash"]})
+    one_hash_throughout = len(hashes) == 1 and identical_steps == n
+    all_failed = all(s["all_failed_validation"] for s in steps)
+    tokens = [s["tokens_in"] for s in steps if s["tokens_in"] is not None]
+    k = max(1, len(tokens) // 4)
+    early = sum(tokens[:k]) / k if tokens else 0
+    late = sum(tokens[-k:]) / k if tokens else 0
+    growing = bool(tokens) and len(tokens) >= 3 and early > 0 and late >= p.growth_ratio * early
+    rising_steps = sum(1 for a, b in zip(tokens, tokens[1:], strict=False) if b > a)
+    tokens_in = sum(tokens)
+    tokens_out = sum(s["tokens_out"] or 0 for s in steps)
+    priced = [s["cost_usd"] for s in steps if s["cost_usd"] is not None]
+    cost = sum(priced) if priced else None
+    unpriced_steps = sum(1 for s in steps if s["cost_usd"] is None)
+    models = sorted({s["model"] for s in steps if s["model"]})
+    actors = sorted({a for s in steps for a in (s["actors"] or [])}
+                    | {s["llm_actor"] for s in steps if s["llm_actor"]})
+    caps = sorted({s["cap"] for s in steps})
+
+    identical = identical_steps >= p.identical_share * n
+    if identical or all_failed:
+        severity = "critical" if (n >= p.critical_steps and identical) or growing else "high"
+    else:
+        severity = "medium"
+
+    session = first["session"]
+    step_span = f"steps {first['step_id']}–{last['step_id']}"
+    title = (f"Repair loop exhausted on {n} consecutive steps ({step_span}), "
+             + ("the same proposal re-sent every time" if one_hash_throughout else
+                f"{identical_steps} of them re-sending one identical proposal" if identical_steps
+                else f"{attempts} attempts failed"))
+    fields = _fields(first["fields"])
+    summary = (
+        f"In {session}, the coordinator ({', '.join(actors) or 'unknown backend'}"
+        f"{'; ' + ', '.join(models) if models else ''}) used all {'/'.join(map(str, caps))} "
+        f"attempts on each of {n} consecutive steps ({step_span}, {attempts} attempts) and the "
+        f"last attempt still failed"
+        + (" validation every time" if all_failed else "")
+        + (f" (failed field {fields})" if fields else "") + ". "
+        + (f"Every attempt carried the same proposal_hash {hashes[0][:12]}…, so the repairs "
+           "changed nothing." if one_hash_throughout else
+           f"On {identical_steps} steps all attempts carried one identical proposal_hash."
+           if identical_steps else "")
+        + (f" tokens_in per step grew from ~{early:,.0f} to ~{late:,.0f} as repair transcripts "
+           f"piled up; {tokens_in:,} input tokens" if growing else f" {tokens_in:,} input tokens")
+        + (f" and ${cost:,.4f} stated by the log" if cost is not None else "")
+        + (f" ({unpriced_steps} step(s) unpriced)" if unpriced_steps and cost is not None else "")
+        + " went to these steps."
+    )
+    evidence = [
+        {"file": first["first_file"], "line": first["first_line"],
+         "note": f"step {first['step_id']}: first exhausted repair loop"},
+    ]
+    if n > 1:
+        evidence.append({"file": last["first_file"], "line": last["last_line"],
+                         "note": f"step {last['step_id']}: attempt {last['last_attempt']} of "
+                                 f"{last['cap']} still failing"})
+    return Finding(
+        detector="repair_loop",
+        key=f"{session}|{'+'.join(actors)}|step {first['step_id']}",
+        severity=severity, title=title, summary=summary,
+        recommendation=(
+            "Cap repair attempts and stop re-sending an identical proposal: when a repair returns "
+            "the same proposal_hash as the attempt it repairs, abort the step (fall back to the "
+            "kernel / NOOP) instead of paying for another call; after 2–3 consecutive exhausted "
+            "steps trip a circuit breaker for the LLM coordinator, and trim the repair transcript "
+            "so tokens_in cannot grow step after step."),
+        start=first["start"], end=last["stop"],
+        actors=actors, targets=[], sessions=[session] if session else [],
+        claim_sql=CLAIM,
+        claim_params={"session": session, "proposals": [s["corr_id"] for s in steps]},
+        unit_kinds=("repair_attempt",),
+        details={
+            "first_step": first["step_id"], "last_step": last["step_id"], "steps": n,
+            "attempts": attempts, "max_attempts": caps[-1],
+            "max_attempts_from": sorted({s["cap_from"] for s in steps}),
+            "identical_hash_steps": identical_steps,
+            "proposal_hashes": hashes[:5], "distinct_proposal_hashes": len(hashes),
+            "validation_failed_throughout": all_failed, "failed_fields": fields,
+            "tokens_in": tokens_in, "tokens_out": tokens_out,
+            "tokens_in_first_steps": early, "tokens_in_last_steps": late,
+            "tokens_growing": growing, "tokens_rising_steps": rising_steps,
+            "cost_usd_stated": cost, "unpriced_steps": unpriced_steps, "models": models,
+            "proposal_ids": [s["corr_id"] for s in steps][:10],
+            "evidence": evidence,
+        },
+    )
+
+
+def _fields(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    if isinstance(value, list):
+        return ", ".join(map(str, value[:3])) or None
+    return str(value)
+
+
+DETECTOR = Detector(
+    name="repair_loop",
+    description="an LLM coordinator's repair loop exhausted on consecutive steps (LabTrust)",
+    params=Params,
+    run=run,
+    rank=25,
+)
