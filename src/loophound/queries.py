@@ -307,7 +307,7 @@ def _parse_param(spec: str, where: str) -> Param:
 
 def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?",
-                            [name]).fetchone()[0])
+                            [name]).fetchall()[0][0])
 
 
 def execute(con: duckdb.DuckDBPyConnection, query: str | NamedQuery,

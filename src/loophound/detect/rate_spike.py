@@ -197,7 +197,7 @@ def create_copies_table(con: duckdb.DuckDBPyConnection) -> str:
           SELECT event_id, row_number() OVER (PARTITION BY kind, corr_id ORDER BY event_id) AS n
           FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
         WHERE n > 1""")
-    if not con.execute(f"SELECT count(*) FROM {COPIES}").fetchone()[0]:
+    if not con.execute(f"SELECT count(*) FROM {COPIES}").fetchall()[0][0]:
         return ""
     return f"AND e.event_id NOT IN (SELECT event_id FROM {COPIES})"
 
@@ -621,7 +621,8 @@ def _evidence(con, ids, i, j, cad, sp: _Spike, peak_b, times, guarded: bool, fmt
                   AND e.ts BETWEEN $start AND $stop AND list_contains($kinds, e.kind) AND {cond}
                 ORDER BY e.ts, e.line LIMIT 1""",
             _params(sp.scope, fmt, sp.key, guards=list(GUARD_ERRORS), start=_ts(times[i]),
-                    stop=_ts(times[j]))).fetchone()
+                    stop=_ts(times[j]))).fetchall()
+        row = row[0] if row else None
         if row:
             out.append({"file": row[0], "line": row[1],
                         "note": f"first {row[2]}: the service's own guard saw the same thing"})

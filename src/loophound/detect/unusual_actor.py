@@ -380,7 +380,8 @@ def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own
 def _evidence(con: duckdb.DuckDBPyConnection, top: dict, score: float,
               unusual: list[str]) -> list[dict]:
     row = con.execute("SELECT file, line FROM events WHERE event_id = ?",
-                      [top["first_event"]]).fetchone()
+                      [top["first_event"]]).fetchall()
+    row = row[0] if row else None
     if not row:
         return []
     return [{"file": row[0], "line": row[1],
