@@ -1,0 +1,91 @@
+"""Benchmark: the detectors over the store of the full-size seed-001 incident, against the
+ingest of that same log, measured in the same run (target: detection ≤ 25 % of ingest).
+
+Ingest and scan each run in a fresh process, alternately, several times; the scan's own time
+is split into detection (all detectors) and attribution (claims, sizes, prices).
+
+    python benchmarks/detect_bench.py [--repeat 3] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+INGEST = r"""
+import json, sys, time
+from loophound.ingest import ingest
+from loophound.store import Store
+t = time.perf_counter()
+ingest([sys.argv[1]], Store(sys.argv[2]))
+print(json.dumps({"ingest": time.perf_counter() - t}))
+"""
+
+SCAN = r"""
+import json, sys, time
+from loophound.attribute import attribute
+from loophound.detect import DETECTORS, settings
+from loophound.store import Store
+con = Store(sys.argv[1]).connect()
+params = settings()
+times, findings = {}, []
+t0 = time.perf_counter()
+for name, det in DETECTORS.items():
+    t = time.perf_counter()
+    findings += det.run(con, params[name])
+    times[name] = time.perf_counter() - t
+t1 = time.perf_counter()
+attribute(con, findings)
+t2 = time.perf_counter()
+print(json.dumps({"detect": t1 - t0, "attribute": t2 - t1, "per_detector": times,
+                  "findings": [f.title for f in findings]}))
+"""
+
+
+def run(code: str, *args: str) -> dict:
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", type=Path)
+    args = ap.parse_args()
+    from loophound.synth import bproxy_full_incident
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-detect-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "2026-06-18.log"
+    if not log.exists():
+        bproxy_full_incident(log)
+    ingests, scans = [], []
+    for i in range(args.repeat):
+        store = work / "store"
+        shutil.rmtree(store, ignore_errors=True)
+        ingests.append(run(INGEST, str(log), str(store))["ingest"])
+        scans.append(run(SCAN, str(store)))
+        s = scans[-1]
+        print(f"  run {i + 1}: ingest {ingests[-1]:6.2f} s   detect {s['detect']:5.2f} s   "
+              f"attribute {s['attribute']:5.2f} s   "
+              + " ".join(f"{k}={v:.2f}" for k, v in s["per_detector"].items()))
+    ing = statistics.median(ingests)
+    det = statistics.median(s["detect"] for s in scans)
+    att = statistics.median(s["attribute"] for s in scans)
+    print(f"median: ingest {ing:.2f} s; detectors {det:.2f} s ({det / ing:.0%} of ingest, "
+          f"target ≤ 25%); attribution {att:.2f} s; detect + attribute "
+          f"{(det + att) / ing:.0%} of ingest")
+    print("findings:", "; ".join(scans[-1]["findings"]))
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
