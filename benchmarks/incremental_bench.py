@@ -31,11 +31,11 @@ def storm_lines(after_ms: int, nbytes: int) -> bytes:
         rid = str(uuid.uuid4())
         t += 100
         pair = (
-            '{"level":30,"time":%d,"pid":1320,"hostname":"h","id":"%s","action":"scroll",'
+            f'{{"level":30,"time":{t},"pid":1320,"hostname":"h","id":"{rid}","action":"scroll",'
             '"session":"6afr3v","destructive":false,"event":"received","ownerHash":"d20a5976"}\n'
-            '{"level":30,"time":%d,"pid":1320,"hostname":"h","id":"%s","event":"response",'
+            f'{{"level":30,"time":{t},"pid":1320,"hostname":"h","id":"{rid}","event":"response",'
             '"ok":false,"elapsed_ms":0,"error_code":"SESSION_NOT_FOUND","ownerHash":"d20a5976"}\n'
-        ) % (t, rid, t, rid)
+        )
         out.append(pair)
         size += len(pair)
     return "".join(out).encode()

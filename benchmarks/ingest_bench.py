@@ -27,8 +27,8 @@ t0 = time.perf_counter()
 if kind == "baseline":
     import duckdb
     t1 = time.perf_counter()
-    duckdb.connect().execute(
-        f"COPY (SELECT * FROM read_json('{log}', sample_size = -1)) TO '{out}/baseline.parquet' (FORMAT parquet)")
+    duckdb.connect().execute(f"COPY (SELECT * FROM read_json('{log}', sample_size = -1)) "
+                             f"TO '{out}/baseline.parquet' (FORMAT parquet)")
 else:
     from loophound.ingest import ingest
     from loophound.store import Store
