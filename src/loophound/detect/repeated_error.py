@@ -82,7 +82,7 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
 def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
     """Every run of at least `min_count` identical consecutive errors, with its gap figures."""
     args = {"kinds": list(ATTEMPT_KINDS), "min_count": p.min_count}
-    table = con.execute(ATTEMPTS, args).to_arrow_table()
+    table = con.sql(ATTEMPTS, params=args).to_arrow_table()
     if table.num_rows == 0:
         return []
     groups = {g: (a, s, act) for a, s, act, g in con.execute(GROUPS, args).fetchall()}
