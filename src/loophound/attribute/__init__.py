@@ -80,22 +80,25 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         JOIN (SELECT DISTINCT fidx, prio FROM claims) c USING (prio)
         JOIN _findx x USING (fidx)""")
     con.execute("""CREATE OR REPLACE TEMP TABLE claimed AS
-        SELECT c.fidx, c.event_id, o.fidx = c.fidx AS owned,
-               e.kind, e.byte_length, e.file, e.line, e.ts,
-               coalesce(cp.canon, c.event_id) AS unit_key, u.kind IS NOT NULL AS is_unit,
+        SELECT c.fidx, c.event_id, o.fidx = c.fidx AS owned, e.byte_length, e.ts,
+               -- a unit is counted once: a second stored copy only when its first is not here
+               u.kind IS NOT NULL AND (cp.canon IS NULL OR c2.event_id IS NULL) AS is_unit,
+               u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL) AS is_owned_unit,
                ec.tokens, ec.cost_usd, ec.cost_status
         FROM claims c
         JOIN events e USING (event_id)
         JOIN owner o USING (event_id)
         LEFT JOIN _copies cp USING (event_id)
+        LEFT JOIN claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
+        LEFT JOIN owner o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon
         LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind
         LEFT JOIN event_costs ec USING (event_id)""")
     stats = {r[0]: r[1:] for r in con.execute("""
         SELECT fidx,
-          count(DISTINCT unit_key) FILTER (WHERE is_unit), count(*), sum(byte_length),
+          count(*) FILTER (WHERE is_unit), count(*), sum(byte_length),
           sum(coalesce(tokens, 0)), sum(cost_usd),
           coalesce(sum(tokens) FILTER (WHERE cost_status = 'unpriced'), 0),
-          count(DISTINCT unit_key) FILTER (WHERE is_unit AND owned), count(*) FILTER (WHERE owned),
+          count(*) FILTER (WHERE is_owned_unit AND owned), count(*) FILTER (WHERE owned),
           coalesce(sum(byte_length) FILTER (WHERE owned), 0), sum(cost_usd) FILTER (WHERE owned)
         FROM claimed GROUP BY fidx""").fetchall()}
     basis: dict[str, dict[str, int]] = {}
@@ -126,11 +129,15 @@ def _lit(s: str) -> str:
 def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[int, list[dict]]:
     """The lines a reader should look at: the detector's own picks (e.g. the session.close the
     caller ignored), then the first claimed actions and the last."""
-    picks = {r[0]: (r[1], r[2]) for r in con.execute("""
-        SELECT fidx,
-               arg_min(struct_pack(file, line), (ts, file, line), 3),
-               arg_max(struct_pack(file, line), (ts, file, line))
-        FROM claimed WHERE is_unit GROUP BY fidx""").fetchall()}
+    ends = con.execute("""
+        SELECT fidx, arg_min(event_id, (ts, event_id), 3), arg_max(event_id, (ts, event_id))
+        FROM claimed WHERE is_unit GROUP BY fidx""").fetchall()
+    wanted = sorted({e for _, first, last in ends for e in [*first, last]})
+    where = dict(((r[0]), {"file": r[1], "line": r[2]}) for r in con.execute(
+        "SELECT event_id, file, line FROM events WHERE list_contains(?, event_id)",
+        [wanted]).fetchall()) if wanted else {}
+    picks = {fidx: ([where[e] for e in first if e in where], where.get(last))
+             for fidx, first, last in ends}
     out = {}
     for i, f in enumerate(findings):
         chosen = [dict(e) for e in f.details.get("evidence", [])]
