@@ -32,6 +32,30 @@ def detectors() -> str:
     return "\n".join(out).rstrip()
 
 
+def contract_example() -> str:
+    """The findings JSON of `loophound scan sample_logs/`, cut to its first finding."""
+    import json
+    import tempfile
+
+    from loophound.ingest import ingest
+    from loophound.scan import scan_store
+    from loophound.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = ROOT / "sample_logs"
+        import os
+
+        os.chdir(ROOT)
+        ingest([os.path.relpath(samples / "bproxy")], Store(tmp))
+        doc = scan_store(Store(tmp)).document
+    doc["findings"] = doc["findings"][:1]
+    doc["method"]["detectors"] = {"repeated_error": doc["method"]["detectors"]["repeated_error"],
+                                  "…": "one table per detector"}
+    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+    return ("The findings of `loophound scan sample_logs/bproxy/ --json -`, cut to the first "
+            "finding:\n\n```json\n" + text + "\n```")
+
+
 def chapter(name: str) -> str:
     path = ROOT / "docs" / name
     return path.read_text().strip() if path.exists() else ""
@@ -51,6 +75,7 @@ def build(text: str) -> str:
     text = fill(text, "SQL", chapter("sql.md"))
     text = fill(text, "REPORT", chapter("report.md"))
     text = fill(text, "BENCH", chapter("benchmarks.md"))
+    text = fill(text, "CONTRACT", contract_example())
     return text
 
 

@@ -137,7 +137,10 @@ def ingest_cmd(
 
 @app.command("formats")
 def formats_cmd() -> None:
-    """List the log formats loophound reads, with a one-line description."""
+    """List the log formats loophound reads, with a one-line description.
+
+    Example: loophound formats
+    """
     table = Table(show_edge=False, header_style="bold")
     table.add_column("format")
     table.add_column("description")

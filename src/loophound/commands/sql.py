@@ -648,8 +648,9 @@ def shell_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
 
     Statements may span lines and end with ;. .tables lists the views, .schema NAME shows
     columns, .queries the named queries, .help the rest. History is kept in
-    ~/.loophound_history (or $LOOPHOUND_HISTORY). Input can be piped in:
-    echo "SELECT count(*) FROM events;" | loophound shell
+    ~/.loophound_history (or $LOOPHOUND_HISTORY). Input can be piped in.
+
+    Example: echo "SELECT count(*) FROM events;" | loophound shell --store .loophound
     """
     from ..cli import err
 
