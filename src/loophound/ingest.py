@@ -529,7 +529,9 @@ class _ChunkSink:
         table = con.sql(f"SELECT * FROM batch WHERE line <= {int(cutoff)}").to_arrow_table()
         con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch "
                     f"WHERE line <= {int(cutoff)}").fetchall()
-        con.execute(f"DELETE FROM batch WHERE line <= {int(cutoff)}").fetchall()
+        # a new table, not DELETE: deleted rows would still be scanned by every later chunk
+        con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
+                    f"WHERE line > {int(cutoff)}").fetchall()
         self.events += table.num_rows
         if self.failure:
             raise self.failure[0]

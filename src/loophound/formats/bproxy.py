@@ -58,12 +58,17 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Give every line of a request the request's action, session and actor, and the request
     line its outcome, so `WHERE error = ...` finds requests without a join."""
     _correlate_idless(con, ctx)
-    # requests answered in this batch but received in an earlier one (appended logs)
-    earlier = """UNION ALL SELECT corr_id, action, session, actor FROM stored_events
-            WHERE kind = 'request' AND corr_id IN (SELECT corr_id FROM batch
-                                                   WHERE kind IN ('response', 'lifecycle'))"""
-    if not con.execute("SELECT count(*) FROM stored_events").fetchall()[0][0]:
-        earlier = ""
+    # requests answered in this batch but received before it (an earlier chunk or run): few,
+    # so only their ids are looked up in what is stored
+    con.execute("""CREATE OR REPLACE TEMP TABLE _orphans AS
+        SELECT DISTINCT corr_id FROM batch
+        WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL
+        EXCEPT SELECT corr_id FROM batch WHERE kind = 'request'""")
+    earlier = ""
+    if con.execute("SELECT count(*) FROM _orphans").fetchall()[0][0]:
+        earlier = """UNION ALL SELECT s.corr_id, s.action, s.session, s.actor
+            FROM stored_events s SEMI JOIN _orphans o ON s.corr_id = o.corr_id
+            WHERE s.kind = 'request'"""
     con.execute(f"""
       UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor)
       FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
