@@ -1,0 +1,50 @@
+"""The HTML incident report: one self-contained file a person opens offline.
+
+`gather` (model.py) computes what the report shows from a scan; the sections render it; html.py
+assembles the page. `build` does all three; `write` puts the result on disk atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .html import Charts, page
+from .model import Report, gather
+from .style import CSS
+
+
+def render(report: Report) -> str:
+    from .sections import SECTIONS
+
+    charts = Charts()
+    body = "\n".join(s.render(report, charts) for s in SECTIONS)
+    return page(report.title, body, CSS, report.generated_at, report.tool_version)
+
+
+def build(result: Any, generated_at: dt.datetime | str | None = None) -> str:
+    """The report of a `ScanResult` as one HTML string."""
+    return render(gather(result, generated_at))
+
+
+def write(html: str, out: Path) -> int:
+    """Write atomically (a half-written report is never left behind); return its size."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = html.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(data)
+
+
+__all__ = ["Report", "build", "gather", "render", "write"]

@@ -1,0 +1,955 @@
+"""Everything the report shows, gathered from a scan into plain data, before any HTML exists.
+
+Computing is kept apart from rendering (the sections only format what is here), so the figures
+can be tested without a browser and every number on the page has one origin. Aggregation
+happens in SQL over one narrow table of per-event facts (`_rep`): the report of a 1.2 M-line
+log carries a few thousand numbers, not a million points.
+
+Determinism: every query has a total order, labels come from the findings' order in the
+findings document, and the only wall-clock value is the labelled generation time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from ..attribute import UNIT_KINDS_ALL
+from . import fmt
+from .evidence import Evidence, quote
+
+MAX_TIMELINE_BUCKETS = 360
+MAX_RATE_BUCKETS = 120
+MAX_TIMELINE_GROUPS = 6
+MAX_TRACES_PER_GROUP = 8
+MAX_PANELS = 60
+SEQUENCE_STEPS = 12
+MAX_GRAPH_NODES = 12
+TOP_ROWS = 15
+# bucket widths a person reads without arithmetic, in seconds
+NICE_WIDTHS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+               43200, 86400, 172800, 604800, 2592000)
+SIMULATED_BEFORE = dt.datetime(2001, 1, 1)
+SPLIT_GAP = dt.timedelta(hours=6)  # a quiet stretch this long starts a new timeline chart
+
+NOUNS = {
+    "request": "requests", "message": "messages", "room_post": "room posts",
+    "session_start": "sessions", "step": "steps", "llm_call": "LLM calls",
+    "repair_attempt": "repair attempts", "record": "records", "connection": "connections",
+    "config": "config changes", "trigger": "hook firings", "audit": "audit records",
+}
+
+
+# -- the data the sections render -----------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    """What one finding (or the background, or the whole log) occupies and costs."""
+
+    events: int = 0
+    events_share: float | None = None
+    lines: int = 0
+    bytes: int = 0
+    bytes_share: float | None = None
+    tokens: int = 0
+    cost_usd: float | None = None
+    cost_basis: dict[str, int] = field(default_factory=dict)
+    unpriced_tokens: int = 0
+    start: str | None = None
+    end: str | None = None
+    duration_s: float | None = None
+    rate_per_s: float | None = None
+    usd_per_hour: float | None = None
+    usd_per_day: float | None = None
+
+
+@dataclass
+class Series:
+    name: str  # legend text (already plot-safe? no: raw; the chart escapes it)
+    key: str  # finding label, "background" or "other"
+    x: list[str]  # bucket centres, ISO
+    y: list[int]
+
+
+@dataclass
+class TimelineGroup:
+    name: str
+    files: list[str]
+    simulated: bool
+    bucket_s: int
+    start: str
+    end: str
+    series: list[Series]
+    marks: list[tuple[str, str, str]]  # (label, start, end) of findings inside the range
+
+
+@dataclass
+class RateChart:
+    bucket_s: int
+    x: list[str]
+    own: list[int]
+    other: list[int]
+    start: str
+    end: str
+
+
+@dataclass
+class Sequence:
+    lanes: list[str]  # party names as shown
+    steps: list[dict]  # {from, to, offset_s, label, file, line}
+    total: int
+    duration_s: float | None
+
+
+@dataclass
+class Graph:
+    nodes: list[str]
+    edges: list[tuple[str, str, int]]  # (from, to, times)
+    cycle: list[str]
+
+
+@dataclass
+class Panel:
+    label: str  # F1, F2, ... in the findings document's order
+    finding: dict  # the loophound.findings/v1 finding
+    own: Figures
+    exclusive: Figures
+    noun: str
+    phrase: list[tuple[str, str]]  # who did what, as (style, text) segments
+    overlaps: list[tuple[str, int]]  # (label of the finding that explains them, lines)
+    evidence: list[Evidence]
+    rate: RateChart | None = None
+    sequence: Sequence | None = None
+    graph: Graph | None = None
+    details: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    title: str
+    tool_version: str
+    generated_at: str
+    headline: list[tuple[str, str]]  # (style, text): style "t" text, "code", "b" bold
+    kpis: list[tuple[str, str, str]]  # (label, value, note)
+    cost_notes: list[str]
+    totals: Figures
+    log_bytes: int
+    background: Figures
+    panels: list[Panel]
+    panels_omitted: int
+    rest: Figures | None  # the findings past MAX_PANELS, together
+    timeline: list[TimelineGroup]
+    timeline_omitted: list[str]
+    time_ranges: int
+    active_s: float
+    talkers: list[dict]
+    actors_total: int
+    errors: list[dict]
+    cost_by_actor_model: list[dict]
+    cost_by_model: list[dict]
+    inputs: list[dict]
+    quarantine: list[dict]
+    method: dict
+    document: dict
+
+    @property
+    def headline_text(self) -> str:
+        return "".join(t for _, t in self.headline)
+
+
+# -- gathering -------------------------------------------------------------------------------
+
+
+def generation_time(explicit: dt.datetime | str | None = None) -> str:
+    """The one wall-clock value in a report: given, from SOURCE_DATE_EPOCH, or now."""
+    if isinstance(explicit, str):
+        explicit = dt.datetime.fromisoformat(explicit.replace("Z", "+00:00"))
+    if explicit is None and os.environ.get("SOURCE_DATE_EPOCH", "").strip().isdigit():
+        explicit = dt.datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]), dt.UTC)
+    if explicit is None:
+        explicit = dt.datetime.now(dt.UTC)
+    if explicit.tzinfo is not None:
+        explicit = explicit.astimezone(dt.UTC).replace(tzinfo=None)
+    return explicit.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report:
+    """The report's data from a `ScanResult` (document, attributed findings, connection)."""
+    con: duckdb.DuckDBPyConnection = result.con
+    doc: dict = result.document
+    _facts(con)
+    findings = doc["findings"]
+    labels = {f["id"]: f"F{i + 1}" for i, f in enumerate(findings)}
+    by_id = {a.finding.id: a for a in result.attributed}
+    log_bytes = sum(int(i.get("bytes") or 0) for i in doc["inputs"])
+    t = doc["totals"]
+    total_events = int(t["events"])
+    totals = _figures(
+        events=total_events, lines=t["lines"], nbytes=t["bytes"], tokens=t["tokens"],
+        cost=t["cost_usd"], basis=t["cost_basis"], unpriced=t["unpriced_tokens"],
+        start=t["start"], end=t["end"], total_events=total_events, log_bytes=log_bytes,
+    )
+    owned = _owned(con)
+    unit_kinds = {fid: tuple(a.finding.unit_kinds) for fid, a in by_id.items()}
+    windows = {f["id"]: w for f in findings[:MAX_PANELS] if (w := _window(f)) is not None}
+    claimed = _claims_pass(con, windows)
+    nouns = _nouns(claimed, unit_kinds)
+    overlaps = _overlaps(claimed, labels)
+    wanted = [(e["file"], e["line"]) for f in findings[:MAX_PANELS] for e in f["evidence"]]
+    quoted = quote(con, wanted)
+
+    panels = []
+    for f in findings[:MAX_PANELS]:
+        own = _figures(events=f["events"], lines=f["lines"], nbytes=f["bytes"], tokens=f["tokens"],
+                       cost=f["cost_usd"], basis=f["cost_basis"], unpriced=f["unpriced_tokens"],
+                       start=f["start"], end=f["end"], total_events=total_events,
+                       log_bytes=log_bytes)
+        excl = _owned_figures(owned.get(f["id"]), f["start"], f["end"], total_events,
+                              log_bytes, events=f["attributed"]["events"])
+        noun = nouns.get(f["id"], "events")
+        evidence = []
+        for e in f["evidence"]:
+            q = quoted[(e["file"], e["line"])]
+            evidence.append(Evidence(q.file, q.line, e.get("note"), q.text, q.byte_length,
+                                     q.truncated, q.problem))
+        panel = Panel(labels[f["id"]], f, own, excl, noun, phrase(f, noun),
+                      overlaps.get(f["id"], []), evidence, details=_details(f["details"]))
+        attributed = by_id.get(f["id"])
+        if f["id"] in windows and f["id"] in claimed:
+            panel.rate = _rate_chart(con, windows[f["id"]], claimed[f["id"]],
+                                     unit_kinds.get(f["id"], UNIT_KINDS_ALL))
+        if f["detector"] == "ping_pong" or "pair" in f["details"]:
+            panel.sequence = _sequence(con, f, attributed)
+        if f["detector"] == "trigger_cycle" or "cycle" in f["details"]:
+            panel.graph = _graph(con, f)
+        panels.append(panel)
+
+    rest = None
+    if len(findings) > MAX_PANELS:  # the attribution still adds up: the others in one row
+        extra = [owned[f["id"]] for f in findings[MAX_PANELS:] if f["id"] in owned]
+        merged = {"events": sum(f["attributed"]["events"] for f in findings[MAX_PANELS:]),
+                  "lines": sum(o["lines"] for o in extra), "bytes": sum(o["bytes"] for o in extra),
+                  "tokens": sum(o["tokens"] for o in extra),
+                  "cost": sum(o["cost"] for o in extra if o["cost"] is not None)
+                  if any(o["cost"] is not None for o in extra) else None,
+                  "basis": {}, "unpriced": sum(o["unpriced"] for o in extra)}
+        rest = _owned_figures(merged, None, None, total_events, log_bytes)
+    groups = _time_groups(con)
+    active_s = sum((g["end"] - g["start"]).total_seconds() for g in groups)
+    background = _owned_figures(owned.get(None), totals.start, totals.end, total_events,
+                                log_bytes, duration_s=active_s if len(groups) > 1 else None)
+    timeline, omitted = _timeline(con, groups, findings, labels)
+    talkers, actors_total = _talkers(con, labels, total_events, t["bytes"])
+    cost_notes = _cost_notes(con, doc)
+    report = Report(
+        title=_title(doc, findings),
+        tool_version=doc["tool_version"],
+        generated_at=generation_time(generated_at),
+        headline=headline(doc, panels, totals, log_bytes),
+        kpis=[],
+        cost_notes=cost_notes,
+        totals=totals,
+        log_bytes=log_bytes,
+        background=background,
+        panels=panels,
+        panels_omitted=max(0, len(findings) - MAX_PANELS),
+        rest=rest,
+        timeline=timeline,
+        timeline_omitted=omitted,
+        time_ranges=len(groups),
+        active_s=active_s,
+        talkers=talkers,
+        actors_total=actors_total,
+        errors=_errors(con, labels),
+        cost_by_actor_model=_cost_by_actor_model(con),
+        cost_by_model=_cost_by_model(con),
+        inputs=list(doc["inputs"]),
+        quarantine=_quarantine(con),
+        method=doc["method"],
+        document=doc,
+    )
+    report.kpis = _kpis(report)
+    con.execute("DROP TABLE IF EXISTS _rep")
+    return report
+
+
+def _facts(con: duckdb.DuckDBPyConnection) -> None:
+    """One narrow row per event with its owner and cost: every aggregate below reads this.
+    `unit`: the event is a unit of work (a request, message, step, ...), counted once: the
+    second stored copy of a message both parties recorded (`_copies`) is not one."""
+    has_copies = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_copies'"
+                             ).fetchone()[0]
+    copies = "LEFT JOIN _copies cp USING (event_id)" if has_copies else ""
+    not_copy = "AND cp.event_id IS NULL" if has_copies else ""
+    con.execute(f"""
+      CREATE OR REPLACE TEMP TABLE _rep AS
+      SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, e.ts, e.kind, e.actor,
+             e.target, e.model, e.error, e.byte_length, o.finding_id AS owner, c.cost_usd,
+             c.cost_status, c.tokens, (list_contains($units, e.kind) {not_copy}) AS unit
+      FROM events e
+      LEFT JOIN owner o USING (event_id)
+      LEFT JOIN event_costs c USING (event_id)
+      {copies}""", {"units": list(UNIT_KINDS_ALL)})
+
+
+def _hours(seconds: float | None) -> float | None:
+    return None if not seconds or seconds <= 0 else seconds / 3600
+
+
+def _parse(ts: str | None) -> dt.datetime | None:
+    if not ts:
+        return None
+    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).replace(tzinfo=None)
+
+
+def _iso(ts: dt.datetime) -> str:
+    return ts.isoformat(timespec="milliseconds")
+
+
+def _figures(*, events, lines, nbytes, tokens, cost, basis, unpriced, start, end, total_events,
+             log_bytes) -> Figures:
+    s, e = _parse(start), _parse(end)
+    dur = (e - s).total_seconds() if s and e else None
+    h = _hours(dur)
+    return Figures(
+        events=int(events or 0),
+        events_share=(events / total_events) if total_events else None,
+        lines=int(lines or 0), bytes=int(nbytes or 0),
+        bytes_share=(nbytes / log_bytes) if log_bytes else None,
+        tokens=int(tokens or 0), cost_usd=cost, cost_basis=dict(basis or {}),
+        unpriced_tokens=int(unpriced or 0), start=start, end=end, duration_s=dur,
+        rate_per_s=(events / dur) if dur else None,
+        usd_per_hour=(cost / h) if cost is not None and h else None,
+        usd_per_day=(cost / h * 24) if cost is not None and h else None,
+    )
+
+
+def _owned(con) -> dict[str | None, dict]:
+    """Each finding's exclusive share (and the background's, under None): they add up to the
+    whole log, because every event has at most one owner."""
+    rows = con.execute("""
+      SELECT owner, cost_status, count(*) FILTER (WHERE unit), count(*),
+             coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd)
+      FROM _rep GROUP BY ALL ORDER BY owner NULLS FIRST, cost_status NULLS FIRST""").fetchall()
+    out: dict[str | None, dict] = {}
+    for owner, status, events, lines, nbytes, tokens, cost in rows:
+        o = out.setdefault(owner, {"events": 0, "lines": 0, "bytes": 0, "tokens": 0,
+                                   "cost": None, "basis": {}, "unpriced": 0})
+        o["events"] += int(events)
+        o["lines"] += int(lines)
+        o["bytes"] += int(nbytes)
+        o["tokens"] += int(tokens)
+        if cost is not None:
+            o["cost"] = (o["cost"] or 0.0) + float(cost)
+        if status is not None:
+            o["basis"][status] = int(lines)
+        if status == "unpriced":
+            o["unpriced"] += int(tokens)
+    return out
+
+
+def _owned_figures(o: dict | None, start, end, total_events: int, log_bytes: int,
+                   events: int | None = None, duration_s: float | None = None) -> Figures:
+    """`events`: the finding's own count of its units (requests, sessions, ...), which the
+    findings JSON and the CLI show; lines, bytes and cost come from the owner table."""
+    o = o or {"events": 0, "lines": 0, "bytes": 0, "tokens": 0, "cost": None, "basis": {},
+              "unpriced": 0}
+    fig = _figures(events=o["events"] if events is None else events, lines=o["lines"],
+                   nbytes=o["bytes"], tokens=o["tokens"], cost=o["cost"], basis=o["basis"],
+                   unpriced=o["unpriced"], start=start, end=end, total_events=total_events,
+                   log_bytes=log_bytes)
+    if duration_s is not None:
+        h = _hours(duration_s)
+        fig.duration_s = duration_s
+        fig.rate_per_s = fig.events / duration_s if duration_s else None
+        fig.usd_per_hour = fig.cost_usd / h if fig.cost_usd is not None and h else None
+        fig.usd_per_day = fig.usd_per_hour * 24 if fig.usd_per_hour is not None else None
+    return fig
+
+
+@dataclass
+class _Window:
+    lo: dt.datetime
+    hi: dt.datetime
+    width_s: int
+    origin_ms: int
+
+    def bucket(self, t_ms: int) -> int:
+        return int((t_ms - self.origin_ms) // (self.width_s * 1000))
+
+
+def _window(f: dict) -> _Window | None:
+    """The span a finding's rate chart shows: its own, with a margin either side."""
+    s, e = _parse(f["start"]), _parse(f["end"])
+    if not s or not e:
+        return None
+    span = max((e - s).total_seconds(), 1.0)
+    pad = dt.timedelta(seconds=max(span * 0.15, 30.0))
+    lo, hi = s - pad, e + pad
+    width = nice_width((hi - lo).total_seconds(), MAX_RATE_BUCKETS)
+    origin_ms = int(math.floor(_epoch_ms(lo) / (width * 1000)) * width * 1000)
+    return _Window(lo, hi, width, origin_ms)
+
+
+def _epoch_ms(t: dt.datetime) -> int:
+    return int(round(t.replace(tzinfo=dt.UTC).timestamp() * 1000))
+
+
+def _claims_pass(con, windows: dict[str, _Window]) -> dict[str, list[tuple]]:
+    """One pass over every claimed event, grouped small: (kind, unit, owner, input, bucket, n)
+    per finding. Nouns, overlaps, the inputs a finding touches and its rate chart all come
+    from this, so a 600,000-event finding is joined once, not once per question."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _rep_win (finding_id VARCHAR, lo TIMESTAMP, "
+                "hi TIMESTAMP, origin_ms BIGINT, width_ms BIGINT)")
+    if windows:
+        con.executemany("INSERT INTO _rep_win VALUES (?, ?, ?, ?, ?)",
+                        [(fid, w.lo, w.hi, w.origin_ms, w.width_s * 1000)
+                         for fid, w in sorted(windows.items())])
+    rows = con.execute("""
+      SELECT c.finding_id, r.kind, r.unit, r.owner, r.input_id,
+             CASE WHEN r.ts BETWEEN w.lo AND w.hi
+                  THEN (epoch_ms(r.ts) - w.origin_ms) // w.width_ms END AS b,
+             count(*) AS n
+      FROM claims c JOIN _rep r USING (event_id)
+      LEFT JOIN _rep_win w ON w.finding_id = c.finding_id
+      GROUP BY ALL ORDER BY ALL""").fetchall()
+    con.execute("DROP TABLE _rep_win")
+    out: dict[str, list[tuple]] = {}
+    for fid, *rest in rows:
+        out.setdefault(fid, []).append(tuple(rest))
+    return out
+
+
+def _nouns(claimed: dict[str, list[tuple]], unit_kinds: dict[str, tuple[str, ...]]
+           ) -> dict[str, str]:
+    """What a finding's events are, in a word: `requests`, `messages`, else `events`."""
+    out = {}
+    for fid, rows in claimed.items():
+        kinds = unit_kinds.get(fid)
+        if kinds and len(kinds) == 1:
+            out[fid] = NOUNS.get(kinds[0], "events")
+            continue
+        c: Counter = Counter()
+        for kind, unit, _, _, _, n in rows:
+            if unit and (not kinds or kind in kinds):
+                c[kind] += n
+        if c:
+            kind, n = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+            out[fid] = NOUNS.get(kind, "events") if n >= 0.9 * sum(c.values()) else "events"
+    return out
+
+
+def _overlaps(claimed: dict[str, list[tuple]], labels: dict[str, str]
+              ) -> dict[str, list[tuple[str, int]]]:
+    """For each finding, the findings that explain some of its lines better (and how many)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for fid, rows in claimed.items():
+        c: Counter = Counter()
+        for _, _, owner, _, _, n in rows:
+            if owner is not None and owner != fid and owner in labels:
+                c[owner] += n
+        out[fid] = [(labels[o], int(n)) for o, n in
+                    sorted(c.items(), key=lambda kv: (-kv[1], labels[kv[0]]))]
+    return out
+
+
+def _details(details: dict) -> list[tuple[str, str]]:
+    """A detector's details as key/value text, for the reader who wants the parameters."""
+    out = []
+    for k in sorted(details):
+        v = details[k]
+        if hasattr(v, "tolist"):  # numpy values from a detector
+            v = v.tolist()
+        if v is None or (isinstance(v, (list, dict, str)) and not v):
+            continue
+        if isinstance(v, float):
+            text = f"{v:.4g}"
+        elif isinstance(v, (dict, list)):
+            text = json.dumps(v, ensure_ascii=False, sort_keys=True,
+                              default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x))
+        else:
+            text = str(v)
+        if len(text) > 300:
+            text = text[:299] + "…"
+        out.append((k.replace("_", " "), text))
+    return out
+
+
+# -- one sentence ----------------------------------------------------------------------------
+
+
+def _who(actors: list[str]) -> list[tuple[str, str]]:
+    if not actors:
+        return [("t", "one caller")]
+    if len(actors) == 1:
+        return [("t", "one agent ("), ("code", fmt.short(actors[0])), ("t", ")")]
+    if len(actors) == 2:
+        return [("t", "two agents ("), ("code", fmt.short(actors[0])), ("t", " and "),
+                ("code", fmt.short(actors[1])), ("t", ")")]
+    return [("t", f"{len(actors)} agents")]
+
+
+def phrase(f: dict, noun: str = "events") -> list[tuple[str, str]]:
+    """Who did what, for a manager: `one agent (x) retrying `scroll` on closed session y`."""
+    d = f.get("details") or {}
+    det = f["detector"]
+    actors = f.get("actors") or []
+    if det == "repeated_error":
+        seg = _who(actors) + [("t", " retrying "), ("code", fmt.short(d.get("action") or "a call"))]
+        if f.get("sessions"):
+            closed = "closed " if d.get("terminal_signal") else ""
+            seg += [("t", f" on {closed}session "), ("code", fmt.short(f["sessions"][0]))]
+        if d.get("error"):
+            seg += [("t", " despite "), ("code", fmt.short(d["error"]))]
+        return seg
+    if det == "ping_pong":
+        names = d.get("names") or {}
+        pair = d.get("pair") or actors[:2]
+        shown = [names.get(p, p) for p in pair]
+        room = str(d.get("channel") or "")
+        where = [("t", " in "), ("code", fmt.short(room))] if room.startswith("room") else []
+        return _who(shown) + [("t", " answering each other")] + where
+    if det == "trigger_cycle":
+        cycle = d.get("cycle") or actors
+        if cycle:
+            ring = list(cycle) + [cycle[0]]
+            return [("t", "agents triggering each other in a cycle ("),
+                    ("code", fmt.short(" → ".join(map(str, ring)), 90)), ("t", ")")]
+        return [("t", "agents triggering each other in a cycle")]
+    if det == "rate_spike":
+        scope, series = d.get("scope"), d.get("series")
+        if scope in ("session", "actor") and series:
+            return [("t", f"a burst of {noun} from {scope} "), ("code", fmt.short(series))]
+        return [("t", f"a burst of {noun} across the whole {d.get('format') or ''} log".replace(
+            "  ", " "))]
+    if det == "repair_loop":
+        return _who(actors) + [("t", " re-submitting a proposal the validator kept rejecting")]
+    return _segments(f.get("title") or det)
+
+
+def _segments(text: str) -> list[tuple[str, str]]:
+    """A detector's title as segments, its `code` spans kept apart."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        return [("t", text)]
+    return [("code" if i % 2 else "t", p) for i, p in enumerate(parts) if p]
+
+
+def _cost_phrase(fig: Figures) -> str:
+    if fig.cost_usd is None:
+        return "cost unpriced" if fig.unpriced_tokens or fig.tokens else "no cost recorded"
+    extra = f" plus {fig.unpriced_tokens:,} unpriced tokens" if fig.unpriced_tokens else ""
+    return f"estimated cost {fmt.money(fig.cost_usd)}{extra}"
+
+
+def headline(doc: dict, panels: list[Panel], totals: Figures, log_bytes: int
+             ) -> list[tuple[str, str]]:
+    """The sentence at the top of the report."""
+    what = "this log" if len(doc["inputs"]) == 1 else "these logs"
+    if not panels:
+        return [("t", f"No runaway loop found in {what}: {totals.events:,} events over "
+                      f"{fmt.duration(totals.duration_s)}; "
+                      f"{_cost_phrase(totals)} for all of it.")]
+    main = max(panels, key=_importance)
+    share = main.exclusive.bytes_share if main.exclusive.bytes else main.own.bytes_share
+    span = f"{main.own.events:,} {main.noun} over {fmt.duration(main.own.duration_s)}"
+    owned_bytes = sum(p.exclusive.bytes for p in panels)
+    if len(panels) == 1 or main.exclusive.bytes >= 0.9 * owned_bytes:
+        # one loop explains (nearly) everything the findings hold: say it the plain way
+        return ([("b", fmt.pct(share)), ("t", f" of {what} ({span}) came from ")]
+                + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
+    owned_events = sum(p.exclusive.events for p in panels)
+    costs = [p.exclusive.cost_usd for p in panels if p.exclusive.cost_usd is not None]
+    together = f", an estimated {fmt.money(sum(costs))}" if costs else ""
+    sev = _severity_counts([p.finding for p in panels])
+    worst = f", {sev[0][1]} of them {sev[0][0]}" if sev else ""
+    return ([("b", f"{len(panels)} findings{worst}"),
+             ("t", f": runaway loops made {fmt.pct(log_bytes and owned_bytes / log_bytes)} of {what} "
+                   f"({owned_events:,} of {totals.events:,} events{together}). "
+                   f"The {'costliest' if main.exclusive.cost_usd else 'largest'} ({main.label}, "
+                   f"{span}) came from ")]
+            + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
+
+
+def _importance(p: Panel) -> tuple:
+    """Which finding the headline is about: what it alone explains, in dollars, then bytes."""
+    sev = {"critical": 3, "high": 2, "medium": 1, "low": 0}.get(p.finding["severity"], 0)
+    return (p.exclusive.cost_usd or 0.0, p.exclusive.bytes, sev, p.own.events, p.label)
+
+
+def _title(doc: dict, findings: list[dict]) -> str:
+    if not findings:
+        return "loophound report: no runaway loop found"
+    return f"loophound incident report: {len(findings)} finding{'s' if len(findings) > 1 else ''}"
+
+
+def _kpis(r: Report) -> list[tuple[str, str, str]]:
+    t = r.totals
+    owned_cost = [p.exclusive.cost_usd for p in r.panels if p.exclusive.cost_usd is not None]
+    out = [
+        ("Findings", f"{len(r.document['findings']):,}",
+         ", ".join(f"{n} {s}" for s, n in _severity_counts(r.document["findings"]))),
+        ("Events in the log", f"{t.events:,}",
+         f"{t.lines:,} lines, {fmt.size(r.log_bytes)} over {fmt.duration(t.duration_s)}"
+         if r.time_ranges <= 1 else
+         f"{t.lines:,} lines, {fmt.size(r.log_bytes)}, in {r.time_ranges} separate time ranges "
+         f"({fmt.duration(r.active_s)} in all)"),
+        ("Estimated cost of the log", fmt.money(t.cost_usd),
+         f"{t.unpriced_tokens:,} tokens unpriced" if t.unpriced_tokens else "all of it"),
+        ("Cost of the loops", fmt.money(sum(owned_cost)) if owned_cost else "–",
+         "events attributed to findings, each counted once"),
+    ]
+    if r.panels:
+        main = max(r.panels, key=_importance)
+        o = main.own
+        burn = fmt.money(o.usd_per_hour) + "/h" if o.usd_per_hour is not None else "unpriced"
+        out.append((f"Burn rate of {main.label}", burn,
+                    f"{fmt.rate(o.rate_per_s)} {main.noun} while it ran"))
+        out.append((f"{main.label} running for a day", fmt.money(o.usd_per_day, "unpriced"),
+                    f"{o.rate_per_s * 86400:,.0f} {main.noun}" if o.rate_per_s else ""))
+    return out
+
+
+def _severity_counts(findings: list[dict]) -> list[tuple[str, int]]:
+    c = Counter(f["severity"] for f in findings)
+    return [(s, c[s]) for s in ("critical", "high", "medium", "low") if c[s]]
+
+
+def _cost_notes(con, doc: dict) -> list[str]:
+    basis = doc["totals"]["cost_basis"] or {}
+    cm = doc["method"]["cost_model"]
+    notes = []
+    if basis.get("stated"):
+        notes.append(f"{basis['stated']:,} events state their own cost in the log; those "
+                     "figures are used as they are.")
+    if basis.get("priced"):
+        notes.append(f"{basis['priced']:,} events are priced from their tokens with price table "
+                     f"{cm['price_table_version']} (override with --prices FILE).")
+    if basis.get("assumed"):
+        notes.append(f"Assumption: {cm['assumption']}. {basis['assumed']:,} events are priced "
+                     "this way; change it with --cost-per-call (a negative value leaves them "
+                     "unpriced).")
+    if basis.get("unpriced"):
+        models = [m or "(no model)" for (m,) in con.execute(
+            "SELECT DISTINCT model FROM _rep WHERE cost_status = 'unpriced' ORDER BY 1"
+        ).fetchall()]
+        notes.append(f"{basis['unpriced']:,} events ({doc['totals']['unpriced_tokens']:,} tokens) "
+                     f"are of models without a price ({', '.join(models)}): they are shown as "
+                     "unpriced, not as $0. Add their prices with --prices FILE.")
+    if not basis:
+        notes.append("Nothing in these logs carries a cost, tokens or a priced call.")
+    return notes
+
+
+# -- the timeline ----------------------------------------------------------------------------
+
+
+def nice_width(span_s: float, max_buckets: int) -> int:
+    for w in NICE_WIDTHS:
+        if span_s / w <= max_buckets:
+            return w
+    return int(math.ceil(span_s / max_buckets))
+
+
+def _time_groups(con) -> list[dict]:
+    """Stretches of activity, split where nothing happened for `SPLIT_GAP`: logs of different
+    days or systems are not squeezed onto one axis, and three stray records a month early do
+    not shrink the incident to one bar. Read from per-minute counts, so it is cheap."""
+    rows = con.execute("""
+      SELECT CAST(epoch_ms(ts) // 60000 AS BIGINT) AS m, count(*) FILTER (WHERE unit),
+             list(DISTINCT input_id)
+      FROM _rep WHERE ts IS NOT NULL GROUP BY m ORDER BY m""").fetchall()
+    paths = dict(con.execute("SELECT input_id, display_path FROM _inputs").fetchall())
+    groups: list[dict] = []
+    split = SPLIT_GAP.total_seconds() / 60
+    for m, n, inputs in rows:
+        g = groups[-1] if groups else None
+        if g is None or m - g["last"] > split:
+            g = {"first": m, "last": m, "events": 0, "inputs": set()}
+            groups.append(g)
+        g["last"] = m
+        g["events"] += n
+        g["inputs"].update(inputs)
+    if not groups:
+        return []
+    # exact bounds, and the files each stretch holds
+    for g in groups:
+        lo, hi = con.execute(
+            "SELECT min(ts), max(ts) FROM _rep WHERE ts >= $lo AND ts < $hi",
+            {"lo": _minute(g["first"]), "hi": _minute(g["last"] + 1)}).fetchall()[0]
+        g["start"], g["end"] = lo, hi
+        g["files"] = sorted(paths.get(i, str(i)) for i in g["inputs"])
+    return groups
+
+
+def _minute(m: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1) + dt.timedelta(minutes=m)
+
+
+def _group_name(files: list[str]) -> str:
+    if len(files) == 1:
+        return files[0]
+    try:
+        common = os.path.commonpath(files)
+    except ValueError:
+        common = ""
+    return f"{common or 'logs'}/ ({len(files)} files)"
+
+
+def _timeline(con, groups: list[dict], findings: list[dict], labels: dict[str, str]
+              ) -> tuple[list[TimelineGroup], list[str]]:
+    total = sum(g["events"] for g in groups) or 1
+    spans = [(_parse(f["start"]), _parse(f["end"])) for f in findings]
+
+    def has_finding(g: dict) -> bool:
+        return any(s and e and s <= g["end"] and e >= g["start"] for s, e in spans)
+
+    # the busiest stretches first; a stretch with no finding and almost no events is only named
+    ranked = sorted(groups, key=lambda g: (-g["events"], g["start"]))
+    keep = [g for g in ranked if has_finding(g) or g["events"] >= 0.02 * total]
+    shown = keep[:MAX_TIMELINE_GROUPS]
+    omitted = [f"{g['events']:,} event{'s' if g['events'] != 1 else ''} from "
+               f"{fmt.when(g['start'])} to {fmt.when(g['end'])} "
+               f"({_group_name(g['files'])})" for g in ranked if not any(g is x for x in shown)]
+    if not shown:
+        return [], omitted
+    grp, bucket, params = [], [], {}
+    for gi, g in enumerate(shown):
+        span = max((g["end"] - g["start"]).total_seconds(), 1.0)
+        g["width"] = nice_width(span, MAX_TIMELINE_BUCKETS)
+        origin_s = math.floor(g["start"].replace(tzinfo=dt.UTC).timestamp() / g["width"]) * g["width"]
+        g["origin_ms"] = int(origin_s * 1000)
+        grp.append(f"WHEN ts BETWEEN $lo{gi} AND $hi{gi} THEN {gi}")
+        bucket.append(f"WHEN ts BETWEEN $lo{gi} AND $hi{gi} THEN "
+                      f"(epoch_ms(ts) - {g['origin_ms']}) // {g['width'] * 1000}")
+        params |= {f"lo{gi}": g["start"], f"hi{gi}": g["end"]}
+    rows = con.execute(f"""
+      SELECT grp, b, owner, count(*) AS n FROM (
+        SELECT CASE {" ".join(grp)} END AS grp, CAST(CASE {" ".join(bucket)} END AS BIGINT) AS b,
+               coalesce(owner, '') AS owner
+        FROM _rep WHERE unit AND ts IS NOT NULL)
+      WHERE grp IS NOT NULL GROUP BY ALL ORDER BY 1, 2, 3""", params).fetchall()
+    counts: dict[int, dict[str, dict[int, int]]] = {}
+    for gi, b, owner, n in rows:
+        counts.setdefault(gi, {}).setdefault(owner, {})[b] = n
+    out = []
+    order = {fid: i for i, fid in enumerate(labels)}
+    for gi, g in enumerate(shown):
+        per_owner = counts.get(gi, {})
+        owners = sorted((o for o in per_owner if o), key=lambda o: (-sum(per_owner[o].values()),
+                                                                      order.get(o, 1 << 30)))
+        keep = sorted(owners[:MAX_TRACES_PER_GROUP], key=lambda o: order.get(o, 1 << 30))
+        rest = owners[MAX_TRACES_PER_GROUP:]
+
+        def centre(b: int, g=g) -> str:
+            return _iso(dt.datetime(1970, 1, 1) + dt.timedelta(
+                milliseconds=g["origin_ms"] + b * g["width"] * 1000 + g["width"] * 500))
+
+        def series(name: str, key: str, buckets: dict[int, int], centre=centre) -> Series:
+            bs = sorted(buckets)
+            return Series(name, key, [centre(b) for b in bs], [int(buckets[b]) for b in bs])
+
+        ss = [series("background (no finding)", "background", per_owner.get("", {}))]
+        for o in keep:
+            ss.append(series(labels.get(o, o), labels.get(o, o), per_owner[o]))
+        if rest:
+            merged: Counter = Counter()
+            for o in rest:
+                merged.update(per_owner[o])
+            ss.append(series(f"{len(rest)} more findings", "other", dict(merged)))
+        marks = []
+        for f in findings:
+            s, e = _parse(f["start"]), _parse(f["end"])
+            if s and e and s <= g["end"] and e >= g["start"] and f["id"] in per_owner:
+                marks.append((labels[f["id"]], _iso(s), _iso(e)))
+        out.append(TimelineGroup(_group_name(g["files"]), list(g["files"]),
+                                 g["start"] < SIMULATED_BEFORE, g["width"], _iso(g["start"]),
+                                 _iso(g["end"]), ss, marks))
+    return out, omitted
+
+
+def _rate_chart(con, w: _Window, rows: list[tuple], kinds: tuple[str, ...]) -> RateChart | None:
+    """The finding's own units per bucket against every other event of its files, from a
+    little before it began to a little after it ended."""
+    inputs = sorted({r[3] for r in rows})
+    own: Counter = Counter()
+    own_units: Counter = Counter()
+    for kind, unit, _, _, b, n in rows:
+        if b is None:
+            continue
+        if kind in kinds:
+            own[b] += n
+        if unit:
+            own_units[b] += n
+    every = dict(con.execute("""
+      SELECT (epoch_ms(ts) - $origin) // $w AS b, count(*) FROM _rep
+      WHERE unit AND ts BETWEEN $lo AND $hi AND list_contains($inputs, input_id)
+      GROUP BY b ORDER BY b""", {"origin": w.origin_ms, "w": w.width_s * 1000, "lo": w.lo,
+                                 "hi": w.hi, "inputs": inputs}).fetchall())
+    if not every and not own:
+        return None
+    first, last = w.bucket(_epoch_ms(w.lo)), w.bucket(_epoch_ms(w.hi))
+    xs, ys_own, ys_other = [], [], []
+    for b in range(first, last + 1):
+        xs.append(_iso(dt.datetime(1970, 1, 1) + dt.timedelta(
+            milliseconds=w.origin_ms + b * w.width_s * 1000 + w.width_s * 500)))
+        ys_own.append(int(own.get(b, 0)))
+        ys_other.append(max(int(every.get(b, 0)) - int(own_units.get(b, 0)), 0))
+    return RateChart(w.width_s, xs, ys_own, ys_other, _iso(w.lo), _iso(w.hi))
+
+
+def _first_claimed(con, fid: str, limit: int) -> tuple[list[int], int]:
+    ids = [r[0] for r in con.execute("""
+      SELECT r.event_id FROM claims c JOIN _rep r USING (event_id)
+      WHERE c.finding_id = ? AND r.unit ORDER BY r.ts NULLS LAST, r.event_id LIMIT ?""",
+                                     [fid, limit]).fetchall()]
+    total = con.execute("SELECT count(*) FROM claims c JOIN _rep r USING (event_id) "
+                        "WHERE c.finding_id = ? AND r.unit", [fid]).fetchall()[0][0]
+    return ids, int(total)
+
+
+def _sequence(con, f: dict, attributed: Any) -> Sequence | None:
+    """The first exchanges of a ping-pong, as arrows between the two parties."""
+    ids, total = _first_claimed(con, f["id"], SEQUENCE_STEPS)
+    if not ids:
+        return None
+    rows = con.execute("""
+      SELECT event_id, ts, actor, target, role, depth, file, line FROM events
+      WHERE list_contains($ids, event_id) ORDER BY ts NULLS LAST, event_id""",
+                       {"ids": ids}).fetchall()
+    d = f["details"]
+    pair = [p for p in (d.get("pair") or []) if p is not None]
+    names = d.get("names") or {}
+    lanes_raw: list[str] = list(pair[:2])
+    steps = []
+    t0 = rows[0][1]
+    for _, ts, actor, target, role, depth, file, line in rows:
+        if len(pair) == 2:
+            if actor in pair:
+                sender = actor
+            elif target in pair:
+                sender = pair[1] if target == pair[0] else pair[0]
+            else:
+                sender = actor
+            receiver = pair[1] if sender == pair[0] else pair[0]
+        else:
+            sender, receiver = actor, target
+        for p in (sender, receiver):
+            if p is not None and p not in lanes_raw and len(lanes_raw) < 6:
+                lanes_raw.append(p)
+        label = " ".join(x for x in (role, f"depth {depth}" if depth is not None else None) if x)
+        steps.append({"from": sender, "to": receiver,
+                      "offset_s": (ts - t0).total_seconds() if ts and t0 else None,
+                      "label": label, "file": file, "line": line})
+    shown = {p: str(names.get(p, p)) for p in lanes_raw}
+    for s in steps:
+        s["from"] = shown.get(s["from"], s["from"])
+        s["to"] = shown.get(s["to"], s["to"])
+    return Sequence([shown[p] for p in lanes_raw], steps, total,
+                    (_parse(f["end"]) - _parse(f["start"])).total_seconds()
+                    if f["start"] and f["end"] else None)
+
+
+def _graph(con, f: dict) -> Graph | None:
+    """Who triggered whom among a finding's events: the cycle, drawn as a ring."""
+    rows = con.execute("""
+      SELECT r.actor, r.target, bool_or(r.kind = 'trigger') AS trig, count(*) AS n
+      FROM claims c JOIN _rep r USING (event_id)
+      WHERE c.finding_id = ? AND r.actor IS NOT NULL AND r.target IS NOT NULL
+        AND r.actor <> r.target
+      GROUP BY r.actor, r.target ORDER BY n DESC, r.actor, r.target""", [f["id"]]).fetchall()
+    if any(t for _, _, t, _ in rows):
+        rows = [r for r in rows if r[2]]
+    cycle = [str(c) for c in (f["details"].get("cycle") or [])]
+    degree: Counter = Counter()
+    for a, b, _, n in rows:
+        degree[a] += n
+        degree[b] += n
+    nodes = [c for c in cycle if c in degree or not rows]
+    for n, _ in sorted(degree.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n not in nodes:
+            nodes.append(n)
+    nodes = nodes[:MAX_GRAPH_NODES]
+    if not nodes:
+        return None
+    edges = [(a, b, int(n)) for a, b, _, n in rows if a in nodes and b in nodes]
+    return Graph(nodes, edges, cycle)
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+
+def _talkers(con, labels: dict[str, str], total_events: int, total_bytes: int
+             ) -> tuple[list[dict], int]:
+    rows = con.execute("""
+      SELECT actor, count(*) FILTER (WHERE unit) AS events, coalesce(sum(byte_length), 0),
+             count(*) FILTER (WHERE unit AND error IS NOT NULL),
+             count(*) FILTER (WHERE unit AND owner IS NOT NULL), sum(cost_usd),
+             coalesce(sum(tokens), 0),
+             list(DISTINCT owner ORDER BY owner) FILTER (WHERE owner IS NOT NULL)
+      FROM _rep GROUP BY actor
+      ORDER BY events DESC, 3 DESC, actor NULLS LAST LIMIT ?""", [TOP_ROWS]).fetchall()
+    n_actors = con.execute("SELECT count(DISTINCT actor) FROM _rep").fetchall()[0][0]
+    out = []
+    for actor, events, nbytes, errors, in_findings, cost, tokens, owners in rows:
+        out.append({
+            "actor": actor, "events": int(events), "events_share": events / total_events
+            if total_events else None, "bytes": int(nbytes),
+            "bytes_share": nbytes / total_bytes if total_bytes else None, "errors": int(errors),
+            "in_findings": int(in_findings), "cost_usd": None if cost is None else float(cost),
+            "tokens": int(tokens),
+            "findings": sorted((labels[o] for o in owners or [] if o in labels),
+                               key=lambda s: int(s[1:])),
+        })
+    return out, int(n_actors)
+
+
+def _errors(con, labels: dict[str, str]) -> list[dict]:
+    rows = con.execute("""
+      WITH per AS (
+        SELECT error, actor, count(*) AS n, count(*) FILTER (WHERE owner IS NOT NULL) AS owned,
+               list(DISTINCT owner ORDER BY owner) FILTER (WHERE owner IS NOT NULL) AS owners
+        FROM _rep WHERE unit AND error IS NOT NULL GROUP BY error, actor)
+      SELECT error, sum(n) AS n, sum(owned), count(actor), arg_max(actor, (n, actor)),
+             flatten(list(owners ORDER BY actor) FILTER (WHERE owners IS NOT NULL))
+      FROM per GROUP BY error ORDER BY n DESC, error LIMIT ?""", [TOP_ROWS + 5]).fetchall()
+    return [{"error": e, "events": int(n), "in_findings": int(owned), "actors": int(actors),
+             "top_actor": top,
+             "findings": sorted({labels[o] for o in owners or [] if o in labels},
+                                key=lambda s: int(s[1:]))}
+            for e, n, owned, actors, top, owners in rows]
+
+
+def _cost_by_actor_model(con) -> list[dict]:
+    rows = con.execute("""
+      SELECT actor, model, cost_status, count(*) AS n, coalesce(sum(tokens), 0), sum(cost_usd) AS c
+      FROM _rep WHERE cost_status IS NOT NULL GROUP BY ALL
+      ORDER BY c DESC NULLS LAST, n DESC, actor NULLS LAST, model NULLS LAST, cost_status
+      LIMIT ?""", [TOP_ROWS + 5]).fetchall()
+    return [{"actor": a, "model": m, "basis": s, "items": int(n), "tokens": int(t),
+             "cost_usd": None if c is None else float(c)} for a, m, s, n, t, c in rows]
+
+
+def _cost_by_model(con) -> list[dict]:
+    rows = con.execute("""
+      SELECT model, cost_status, count(*) AS n, coalesce(sum(tokens), 0), sum(cost_usd) AS c,
+             count(DISTINCT actor)
+      FROM _rep WHERE cost_status IS NOT NULL GROUP BY ALL
+      ORDER BY c DESC NULLS LAST, n DESC, model NULLS LAST, cost_status""").fetchall()
+    return [{"model": m, "basis": s, "items": int(n), "tokens": int(t),
+             "cost_usd": None if c is None else float(c), "actors": int(a)}
+            for m, s, n, t, c, a in rows]
+
+
+def _quarantine(con) -> list[dict]:
+    rows = con.execute("SELECT file, reason, count(*) FROM quarantine GROUP BY ALL "
+                       "ORDER BY 1, 2").fetchall()
+    return [{"file": f, "reason": r, "lines": int(n)} for f, r, n in rows]

@@ -1,0 +1,13 @@
+"""One module per self-contained part of the report; each renders HTML from the model only.
+
+Order of the page: header (the sentence, key figures, cost basis), timeline, attribution,
+one panel per finding, tables (top talkers, error codes, cost by actor and model), method.
+"""
+
+from __future__ import annotations
+
+from . import attribution, findings, header, method, tables, timeline
+
+SECTIONS = (header, timeline, attribution, findings, tables, method)
+
+__all__ = ["SECTIONS"]

@@ -1,0 +1,52 @@
+"""Who owns the log: each finding's exclusive share, the background, and the total."""
+
+from __future__ import annotations
+
+from .. import fmt
+from ..html import Charts
+from ..model import Figures, Report
+from ._util import finding_link, section, table
+
+HEADERS = [("Finding", "l"), ("Severity", "l"), ("Events", "r"), ("Share", "r"),
+           ("Log bytes", "r"), ("Share", "r"), ("Duration", "r"), ("Rate", "r"),
+           ("Tokens", "r"), ("Cost", "r"), ("Burn $/h", "r"), ("A day of it", "r")]
+
+
+def _row(name: str, sev: str, x: Figures, own: Figures | None) -> list[str]:
+    timing = own or x
+    return [name, sev, fmt.count(x.events), fmt.pct(x.events_share), fmt.size(x.bytes),
+            fmt.pct(x.bytes_share), fmt.esc(fmt.duration(timing.duration_s)),
+            fmt.esc(fmt.rate(timing.rate_per_s)), fmt.count(x.tokens),
+            fmt.esc(fmt.money(x.cost_usd, "–" if not x.tokens else "unpriced")),
+            fmt.esc(fmt.money(timing.usd_per_hour, "–")) if own else "",
+            fmt.esc(fmt.money(timing.usd_per_day, "–")) if own else ""]
+
+
+def render(r: Report, charts: Charts) -> str:
+    rows = []
+    for p in r.panels:
+        title = fmt.rich(fmt.short(p.finding["title"], 110))
+        name = f"{finding_link(p.label)} {title}"
+        if p.exclusive.lines == 0 and p.overlaps:
+            name += (' <span class="hint">(all its events are counted in '
+                     + ", ".join(finding_link(label) for label, _ in p.overlaps) + ")</span>")
+        level = fmt.esc(p.finding["severity"])
+        sev = f'<span class="sev sev-{level}">{level}</span>'
+        rows.append(_row(name, sev, p.exclusive, p.own))
+    if r.rest is not None:
+        rows.append(_row(f"<em>{r.panels_omitted:,} more findings</em> (in the findings JSON)", "",
+                         r.rest, None))
+    rows.append(_row("<em>background</em> (no finding)", "", r.background, None))
+    t = r.totals
+    rows.append(["<strong>whole log</strong>", "", fmt.count(t.events), "100%", fmt.size(r.log_bytes),
+                 "100%", fmt.esc(fmt.duration(t.duration_s if r.time_ranges <= 1 else r.active_s)),
+                 "", fmt.count(t.tokens), fmt.esc(fmt.money(t.cost_usd)), "", ""])
+    intro = ("Each log line is counted once: for the finding that explains it best (the more "
+             "specific detector, then the more severe finding) or for the background, so lines, "
+             "bytes and cost add up to the whole log. Events are each finding's own units "
+             "(requests, messages, sessions; not responses). Duration, rate and burn rate are "
+             "the finding's own, over all the events it claims. “A day of it” is what the loop "
+             "would have cost had it run on for 24 hours at the same pace.")
+    if r.panels_omitted:
+        intro += f" {r.panels_omitted} lower-ranked findings are in the findings JSON only."
+    return section("attribution", "Attribution", table(HEADERS, rows, "numbers"), fmt.esc(intro))

@@ -1,0 +1,420 @@
+"""The HTML report: its figures (from the model, without a browser), its determinism, how it
+quotes evidence, and how it treats hostile text. The browser half is test_report_browser.py."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loophound.attribute.costs import load_cost_model
+from loophound.ingest import ingest
+from loophound.report import build, fmt, gather, render
+from loophound.report.evidence import quote
+from loophound.report.html import script_json
+from loophound.scan import scan_store
+from loophound.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_logs"
+EXPECTED = json.loads((SAMPLES / "EXPECTED.json").read_text())
+WHEN = "2026-01-01T00:00:00Z"
+
+
+def _store(tmp: Path, paths: list[Path], name: str = "store") -> Store:
+    store = Store(tmp / name)
+    ingest([str(p) for p in paths], store)
+    return store
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory) -> Store:
+    return _store(tmp_path_factory.mktemp("report"), [SAMPLES])
+
+
+@pytest.fixture(scope="module")
+def sample(sample_store):
+    result = scan_store(sample_store)
+    model = gather(result, WHEN)
+    return result, model, render(model)
+
+
+def _panel_html(html: str, label: str) -> str:
+    start = html.index(f'id="finding-{label}"')
+    end = html.find("</article>", start)
+    return html[start:end]
+
+
+# -- every sample incident is named, with its cost ---------------------------------------------
+
+
+def _incidents() -> list[tuple[str, dict]]:
+    return [(name, inc) for name, sec in EXPECTED["sections"].items() for inc in sec["incidents"]]
+
+
+def _match(section: str, inc: dict, panels) -> list:
+    """The panels that name this incident of the answer key."""
+    out = []
+    for p in panels:
+        f, d = p.finding, p.finding["details"]
+        files = {e.file for e in p.evidence}
+        in_section = any(section in Path(x).parts for x in files)
+        kind = inc["kind"]
+        if kind == "dead_session_retry":
+            ok = (f["detector"] == "repeated_error" and inc["session"] in f["sessions"]
+                  and d.get("action") == inc["action"] and in_section)
+        elif kind == "blocked_repeat":
+            ok = (f["detector"] == "repeated_error" and inc["agent_id"] in f["actors"]
+                  and d.get("action") == inc["action_type"])
+        elif kind in ("p2p_echo", "echo_guarded"):
+            ok = f["detector"] == "ping_pong" and set(d.get("pair", [])) == set(inc["peers"])
+        elif kind == "room_flood":
+            ok = f["detector"] == "ping_pong" and d.get("channel") == inc["channel"]
+        elif kind == "repair_loop":
+            ok = f["detector"] == "repair_loop" and in_section
+        elif kind == "hook_cycle":
+            ok = f["detector"] == "trigger_cycle" and set(d.get("cycle", [])) == set(inc["cycle"])
+        else:
+            raise AssertionError(f"answer key has an incident kind this test does not know: {kind}")
+        if ok:
+            out.append(p)
+    return out
+
+
+DETECTOR_OF = {"dead_session_retry": "repeated_error", "blocked_repeat": "repeated_error",
+               "p2p_echo": "ping_pong", "echo_guarded": "ping_pong", "room_flood": "ping_pong",
+               "repair_loop": "repair_loop", "hook_cycle": "trigger_cycle"}
+
+
+@pytest.mark.parametrize("section,incident", _incidents(),
+                         ids=[f"{s}-{i['kind']}" for s, i in _incidents()])
+def test_every_sample_incident_is_named_with_its_cost(sample, section, incident):
+    from loophound.detect import DETECTORS
+
+    if DETECTOR_OF[incident["kind"]] not in DETECTORS:
+        pytest.skip(f"detector {DETECTOR_OF[incident['kind']]} has not landed yet")
+    _, model, html = sample
+    panels = _match(section, incident, model.panels)
+    assert panels, f"no finding in the report names {section}:{incident['kind']}"
+    p = panels[0]
+    body = _panel_html(html, p.label)
+    assert fmt.rich(p.finding["title"]) in body
+    # the cost is on the panel, and it is the right one where the answer key states it
+    cost = p.own.cost_usd
+    shown = fmt.money(cost, "unpriced" if p.own.tokens else "–")
+    assert f"<dt>Cost</dt><dd>{fmt.esc(shown)}" in body
+    if incident["kind"] == "hook_cycle":
+        assert cost == pytest.approx(incident["cost_usd"], abs=0.01)
+    elif incident["kind"] == "repair_loop":
+        assert cost == pytest.approx(incident["cost_usd"], rel=1e-3)
+    elif incident["kind"] == "dead_session_retry":
+        assert cost == pytest.approx(incident["requests"] * 0.002, rel=1e-6)  # assumed per call
+        assert "0.002" in " ".join(model.cost_notes)  # and the assumption is stated
+    elif incident["kind"] in ("p2p_echo", "room_flood"):
+        assert cost is not None and cost > 0
+
+
+def test_headline_names_the_costliest_loop_and_its_cost(sample):
+    _, model, html = sample
+    text = model.headline_text
+    assert "$" in text and "runaway loops made" in text
+    main = max(model.panels, key=lambda p: (p.exclusive.cost_usd or 0))
+    assert f"({main.label}," in text
+    assert fmt.money(main.own.cost_usd) in text
+    assert '<p class="headline" id="headline">' in html
+
+
+# -- figures --------------------------------------------------------------------------------
+
+
+def test_attribution_adds_up_to_the_whole_log(sample):
+    _, model, _ = sample
+    t = model.totals
+    parts = [p.exclusive for p in model.panels] + [model.background]
+    parts += [model.rest] if model.rest is not None else []
+    assert sum(x.lines for x in parts) == t.lines
+    assert sum(x.bytes for x in parts) == t.bytes
+    assert sum(x.tokens for x in parts) == t.tokens
+    assert sum(x.cost_usd or 0 for x in parts) == pytest.approx(t.cost_usd, rel=1e-9)
+    for p in model.panels:  # own ⊇ exclusive
+        assert p.exclusive.lines <= p.own.lines
+        if p.exclusive.lines == 0:
+            assert p.overlaps, f"{p.label} owns nothing but names no finding that explains it"
+
+
+def test_findings_past_the_panel_limit_still_add_up(sample, monkeypatch):
+    import loophound.report.model as model_module
+
+    result, _, _ = sample
+    monkeypatch.setattr(model_module, "MAX_PANELS", 3)
+    model = gather(result, WHEN)
+    assert len(model.panels) == 3
+    assert model.panels_omitted == len(result.document["findings"]) - 3
+    parts = [p.exclusive for p in model.panels] + [model.rest, model.background]
+    assert sum(x.lines for x in parts) == model.totals.lines
+    assert sum(x.bytes for x in parts) == model.totals.bytes
+    assert f"{model.panels_omitted:,} more findings" in render(model)
+
+
+def test_clean_logs_say_so(tmp_path):
+    from loophound.synth import write_hooks_log
+
+    write_hooks_log(tmp_path / "hooks", 7, incident=False)
+    result = scan_store(_store(tmp_path, [tmp_path / "hooks"]))
+    model = gather(result, WHEN)
+    if result.document["findings"]:
+        pytest.skip("a detector flags the clean twin: a detector test reports that")
+    assert model.headline_text.startswith("No runaway loop found in this log")
+    assert "$" in model.headline_text  # the hooks log states its costs
+    html = render(model)
+    assert "No finding: nothing in these logs looks like a runaway loop" in html
+
+
+def test_burn_rate_and_a_day_of_it(sample):
+    _, model, _ = sample
+    for p in model.panels:
+        o = p.own
+        if o.cost_usd is not None and o.duration_s:
+            assert o.usd_per_hour == pytest.approx(o.cost_usd / (o.duration_s / 3600))
+            assert o.usd_per_day == pytest.approx(o.usd_per_hour * 24)
+            assert o.rate_per_s == pytest.approx(o.events / o.duration_s)
+
+
+def test_unpriced_model_is_shown_unpriced_never_zero(sample):
+    _, model, html = sample
+    rows = [r for r in model.cost_by_model if r["basis"] == "unpriced"]
+    assert rows and all(r["cost_usd"] is None for r in rows)
+    assert any(r["model"] == "llama3.1:8b" for r in rows)
+    assert any("not as $0" in n for n in model.cost_notes)
+    # the by-model table row of an unpriced model says so
+    row = re.search(r"<code>llama3\.1:8b</code>.*?</tr>", html, re.S).group(0)
+    assert "unpriced" in row and "$0.00" not in row
+
+
+def test_cost_per_call_assumption_is_settable_and_stated(sample_store):
+    result = scan_store(sample_store, costs=load_cost_model(cost_per_call=0.01))
+    model = gather(result, WHEN)
+    note = " ".join(model.cost_notes)
+    assert "$0.01" in note and "--cost-per-call" in note
+    storm = next(p for p in model.panels if p.finding["detector"] == "repeated_error"
+                 and "6afr3v" in p.finding["sessions"])
+    assert storm.own.cost_usd == pytest.approx(storm.own.events * 0.01, rel=1e-6)
+
+
+def test_tables_top_talkers_and_errors(sample):
+    _, model, _ = sample
+    assert model.talkers[0]["events"] >= model.talkers[-1]["events"]
+    top_error = model.errors[0]
+    assert top_error["error"] == "SESSION_NOT_FOUND" and top_error["in_findings"] == top_error["events"]
+    assert model.inputs and all(len(i["sha256"]) == 64 for i in model.inputs)
+
+
+def test_timeline_is_aggregated_and_split_by_quiet_stretches(sample):
+    _, model, _ = sample
+    assert 1 <= len(model.timeline) <= 6
+    for g in model.timeline:
+        points = sum(len(s.x) for s in g.series)
+        assert points <= 360 * len(g.series)
+        assert g.bucket_s >= 1
+    # the simulated LabTrust clock gets its own, labelled, chart
+    assert any(g.simulated for g in model.timeline)
+
+
+# -- evidence --------------------------------------------------------------------------------
+
+
+def _line(path: Path, n: int) -> str:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        for i, raw in enumerate(fh, 1):
+            if i == n:
+                return raw.decode().rstrip("\r\n")
+    raise AssertionError(f"{path} has no line {n}")
+
+
+def test_evidence_is_quoted_verbatim_with_file_and_line(sample):
+    _, model, html = sample
+    quoted = 0
+    for p in model.panels:
+        for e in p.evidence:
+            assert e.problem is None, e.problem
+            assert e.text == _line(Path(e.file), e.line)
+            assert f'<span class="loc">{fmt.esc(e.file)}:{e.line}</span>' in html
+            assert f'<pre class="line">{fmt.esc(e.text)}</pre>' in html
+            quoted += 1
+    assert quoted >= len(model.panels)
+
+
+def test_evidence_from_a_compressed_log_and_a_changed_or_missing_file(tmp_path):
+    src = SAMPLES / "bproxy" / "2026-06-18.log"
+    gz = tmp_path / "logs" / "bproxy.log.gz"
+    plain = tmp_path / "logs" / "copy.log"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    trimmed = SAMPLES / "bproxy-trimmed" / "2026-06-18.log"
+    shutil.copy(trimmed, plain)
+    store = _store(tmp_path, [gz, plain])
+    result = scan_store(store)
+    con = result.con
+    want = [(str(gz), 1209), (str(gz), 3630), (str(plain), 595)]
+    got = quote(con, [(f, n) for f, n in want])
+    for f, n in want:
+        assert got[(f, n)].problem is None
+        assert got[(f, n)].text == _line(Path(f), n)
+    # the file changes: its first bytes no longer match what was hashed at ingest
+    plain.write_bytes(b"X" + trimmed.read_bytes()[1:])
+    changed = quote(con, [(str(plain), 595)])[(str(plain), 595)]
+    assert changed.text is None and "changed" in changed.problem
+    plain.unlink()
+    gone = quote(con, [(str(plain), 595)])[(str(plain), 595)]
+    assert gone.text is None and "no longer" in gone.problem
+    missing = quote(con, [(str(plain), 999_999)])[(str(plain), 999_999)]
+    assert missing.text is None and "not in the store" in missing.problem
+
+
+# -- determinism --------------------------------------------------------------------------------
+
+
+def test_same_inputs_same_report_apart_from_the_generation_time(sample, tmp_path):
+    _, _, html = sample
+    other = scan_store(_store(tmp_path, [SAMPLES]))
+    again = build(other, WHEN)
+    assert again == html
+    later = render(gather(scan_store(_store(tmp_path, [SAMPLES], "store2")),
+                          "2027-02-03T04:05:06Z"))
+    a, b = html.splitlines(), later.splitlines()
+    diff = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    assert diff and all("2026-01-01 00:00:00 UTC" in x and "2027-02-03 04:05:06 UTC" in y
+                        for x, y in diff)
+
+
+def test_generation_time_from_source_date_epoch(monkeypatch):
+    from loophound.report.model import generation_time
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
+    assert generation_time() == "2026-01-01 00:00:00 UTC"
+    assert generation_time("2026-06-19T08:00:00+02:00") == "2026-06-19 06:00:00 UTC"
+
+
+# -- the page: self-contained, small, strict ---------------------------------------------------
+
+
+def _scripts(html: str) -> list[tuple[str, str]]:
+    return re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S)
+
+
+def test_page_is_self_contained_with_a_strict_policy(sample):
+    _, _, html = sample
+    assert len(html.encode()) < 10_000_000
+    assert html.count("* plotly.js v") == 1  # the bundle once
+    markup = re.sub(r"<script([^>]*)>.*?</script>", "", html, flags=re.S)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", markup)
+    assert "<link" not in markup and "@import" not in markup
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
+    assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp.split("style-src")[0]
+    code = [body for attrs, body in _scripts(html) if "application/json" not in attrs]
+    assert len(code) == 2
+    for body in code:
+        digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in csp
+    ids = re.findall(r'id="(chart-[^"]+)"', html)
+    assert len(ids) == len(set(ids)) and all(re.fullmatch(r"chart-[a-z0-9-]+", i) for i in ids)
+
+
+def test_script_json_cannot_close_its_element():
+    nasty = {"x": "</script><script>alert(1)</script>", "y": "<!-- & \u2028\u2029 -->",
+             "z": [1.5, float("nan")]}
+    text = script_json(nasty)
+    assert not re.search(r"[<>&\u2028\u2029]", text)
+    back = json.loads(text)
+    assert back["x"] == nasty["x"] and back["y"] == nasty["y"] and back["z"] == [1.5, None]
+
+
+def test_escaping_helpers():
+    assert fmt.esc('<a href="x">') == "&lt;a href=&quot;x&quot;&gt;"
+    assert fmt.esc("evil\u202etxt.exe") == "evil\\u202etxt.exe"
+    assert fmt.esc("bell\x07") == "bell\\x07"
+    assert fmt.rich("retry `<b>` now") == "retry <code>&lt;b&gt;</code> now"
+    assert fmt.plot_text("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
+    assert fmt.plot_text('<a href="j">') == '&lt;a href="j"&gt;'
+    assert fmt.money(None) == "unpriced" and fmt.money(0.0) == "$0.00"
+    assert fmt.money(1217.934) == "$1,217.93"
+    assert fmt.pct(0.999) == "99.9%" and fmt.pct(0.93) == "93%" and fmt.pct(0.0004) == "<0.1%"
+
+
+ALLOWED_TAGS = {
+    "html", "head", "meta", "title", "style", "body", "header", "footer", "nav", "section",
+    "article", "figure", "div", "p", "h1", "h2", "h3", "h4", "strong", "em", "code", "time", "a",
+    "span", "table", "thead", "tbody", "tr", "th", "td", "dl", "dt", "dd", "ol", "ul", "li",
+    "pre", "details", "summary", "script", "svg", "defs", "marker", "path", "g", "rect", "text",
+    "line", "circle",
+}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_hostile_text_is_escaped_everywhere(tmp_path):
+    from test_report_browser import PAYLOADS, write_hostile_logs
+
+    write_hostile_logs(tmp_path / "logs")
+    result = scan_store(_store(tmp_path, [tmp_path / "logs"]))
+    html = build(result, WHEN)
+    assert result.document["findings"], "the hostile logs should produce findings"
+    for p in PAYLOADS:
+        if re.search(r"[<>\"]", p):  # markup never reaches the page as markup
+            assert p not in html
+        assert fmt.esc(p) in html  # shown, as text (`javascript:` included: never as a link)
+    # the structure is the report's own: no tag, attribute or link a log could have written
+    parser = _Tags()
+    parser.feed(html)
+    for tag, attrs in parser.tags:
+        assert tag in ALLOWED_TAGS, tag
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        assert not any(k in attrs for k in ("src", "srcdoc", "style", "action", "formaction",
+                                             "xlink:href", "data")), (tag, attrs)
+        if tag == "a":
+            assert attrs["href"].startswith("#finding-F") or attrs["href"].startswith("#")
+        if tag == "script":
+            assert attrs == {} or (attrs.get("type") == "application/json"
+                                   and re.fullmatch(r"fig-[a-z0-9-]+", attrs["id"])), attrs
+    assert sum(1 for t, a in parser.tags if t == "script" and not a) == 2
+
+
+# -- the commands -------------------------------------------------------------------------------
+
+
+def test_report_and_investigate_commands(sample_store, tmp_path):
+    from loophound.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "r" / "report.html"
+    r = runner.invoke(app, ["report", "--store", str(sample_store.root), "--out", str(out),
+                            "--generated-at", WHEN])
+    assert r.exit_code == 0, r.output
+    assert out.exists() and "2026-01-01 00:00:00 UTC" in out.read_text()
+    out2 = tmp_path / "inv.html"
+    before = set(Path(tempfile.gettempdir()).glob("loophound-store-*"))
+    r = runner.invoke(app, ["investigate", str(SAMPLES / "hooks"), "--out", str(out2),
+                            "--generated-at", WHEN, "--fail-on", "critical"])
+    assert r.exit_code == 1, r.output  # a critical hook cycle
+    assert out2.exists() and "Trigger cycle" in out2.read_text()
+    assert set(Path(tempfile.gettempdir()).glob("loophound-store-*")) <= before  # removed
+    r = runner.invoke(app, ["report", "--store", str(sample_store.root), "--out", str(out),
+                            "--generated-at", "yesterday"])
+    assert r.exit_code != 0
