@@ -44,7 +44,7 @@ WITH groups AS (
   WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
   GROUP BY actor, session, action HAVING count(*) >= $min_count
 )
-SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok
+SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id >> 32 AS input
 FROM events e
 JOIN groups g ON e.actor IS NOT DISTINCT FROM g.actor AND e.session IS NOT DISTINCT FROM g.session
              AND e.action IS NOT DISTINCT FROM g.action
@@ -106,8 +106,9 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
         gaps = gap[lo + 1:hi].astype(float)
         q = max(len(gaps) // 4, 1)
         actor, session, action = groups[int(g[lo])]
+        first_input = int(table["input"][int(lo)].as_py())
         out.append({
-            "actor": actor, "session": session, "action": action,
+            "actor": actor, "session": session, "action": action, "input": first_input,
             "error": err_codes.dictionary[int(err[lo])].as_py(), "n": hi - lo,
             "start": _ts(t[lo]), "stop": _ts(t[hi - 1]),
             "median_gap_ms": float(np.median(gaps)) if len(gaps) else None,
@@ -182,23 +183,22 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
 
 
 def _terminal_signal(con: duckdb.DuckDBPyConnection, r: dict) -> dict | None:
-    """What should have stopped the caller: a close of the session before the run began."""
+    """What should have stopped the caller: a close of the session, logged in the same file
+    before the run began (another daemon's session of the same name is another session)."""
     if not r["session"]:
         return None
     row = con.execute(
         """SELECT file, line, ts, action FROM events
-           WHERE kind = 'request' AND session = ? AND ts <= ?
+           WHERE kind = 'request' AND session = ? AND ts <= ? AND event_id >> 32 = ?
              AND (action IN ('session.close', 'session.end', 'close') OR action LIKE '%.close')
            ORDER BY ts DESC, line DESC LIMIT 1""",
-        [r["session"], r["start"]],
+        [r["session"], r["start"], r["input"]],
     ).fetchall()
     row = row[0] if row else None
     if row:
         return {"file": row[0], "line": row[1], "at": row[2],
                 "note": f"`{row[3]}` closed session {r['session']} before the first failure, "
                         "and the caller kept going"}
-    if r["error"] in NEVER_RETRY:
-        return None
     return None
 
 
