@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import tomllib
 from pathlib import Path
@@ -185,7 +186,8 @@ SEVERITIES = ("low", "medium", "high", "critical")
 
 def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
           prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
-          incremental: bool = False, wait: bool = True, alert_on: str = "high"):
+          incremental: bool = False, wait: bool = True, alert_on: str = "high",
+          lookback_s: float = 3600.0):
     """Ingest PATHs (if any), then detect and attribute, all under one hold of the store's
     write lock; errors become messages. Returns (ScanResult or None, IngestReport or None):
     None when `incremental` and nothing new arrived since the last scan."""
@@ -212,7 +214,9 @@ def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
                 return None, report
             costs = load_cost_model(prices, DEFAULT_COST_PER_CALL if cost_per_call is None
                                     else (cost_per_call if cost_per_call >= 0 else None))
-            return scan_store(s, config, set_ or [], costs, alert_on=alert_on), report
+            lookback = dt.timedelta(seconds=lookback_s) if incremental else None
+            return scan_store(s, config, set_ or [], costs, alert_on=alert_on,
+                              lookback=lookback), report
     except (ConfigError, ValueError, StoreBusy) as exc:
         fail(str(exc))
     raise AssertionError("unreachable")
@@ -235,6 +239,10 @@ WebhookOpt = Annotated[str | None, typer.Option("--webhook", help="POST each ale
                                                 "this URL.")]
 AlertOnOpt = Annotated[str, typer.Option("--alert-on", help="Least severity that alerts: low, "
                                          "medium, high, critical.")]
+LookbackOpt = Annotated[str, typer.Option(
+    "--lookback", help="With --incremental: detectors read the events since the last scan's "
+                       "latest one minus this much (30m, 1h, 6h); a loop still going on "
+                       "continues its finding.")]
 NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Exit at once (status 2) if another "
                                          "loophound process is writing to the store.")]
 
@@ -278,6 +286,7 @@ def scan_cmd(
     alerts: AlertsOpt = None,
     webhook: WebhookOpt = None,
     alert_on: AlertOnOpt = "high",
+    lookback: LookbackOpt = "1h",
     no_wait: NoWaitOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -294,9 +303,15 @@ def scan_cmd(
         if value not in SEVERITIES + ("never",):
             fail(f"{name} must be one of {', '.join(SEVERITIES)}, never; got {value!r}")
     if incremental:
+        from .watch import parse_every
+
+        try:
+            lookback_s = parse_every(lookback)
+        except ValueError as exc:
+            fail(str(exc).replace("--every", "--lookback"))
         raise typer.Exit(incremental_scan(paths or [], store, fail_on, alerts, webhook, alert_on,
                                           not no_wait, config, set_ or [], prices, cost_per_call,
-                                          json_out))
+                                          json_out, lookback_s))
     result, _ = _scan(paths or [], store, config, set_ or [], prices, cost_per_call,
                       quiet=json_out is not None and str(json_out) == "-", wait=not no_wait)
     _write_json(result.document, json_out)
@@ -319,7 +334,7 @@ def _write_json(doc: dict, json_out: Path | None) -> None:
 def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path | None,
                      webhook: str | None, alert_on: str, wait: bool, config: Path | None,
                      set_: list[str], prices: Path | None, cost_per_call: float | None,
-                     json_out: Path | None = None) -> int:
+                     json_out: Path | None = None, lookback_s: float = 3600.0) -> int:
     """One scheduled scan: new bytes only, alerts only for new or escalated findings.
     Returns the exit status."""
     import json as _json
@@ -327,7 +342,7 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
     from .watch import post_webhook
 
     result, report = _scan(paths, store, config, set_, prices, cost_per_call, quiet=True,
-                           incremental=True, wait=wait, alert_on=alert_on)
+                           incremental=True, wait=wait, alert_on=alert_on, lookback_s=lookback_s)
     new = f"{report.events:,} new events" if report else "no inputs named"
     if result is None:
         err.print(f"{new}; nothing to scan", highlight=False)

@@ -16,12 +16,13 @@ import duckdb
 import pyarrow as pa
 
 from . import findings_json
-from .attribute import Attributed, Totals, attribute
+from .attribute import UNIT_KINDS_ALL, Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import param_docs
-from .store import Store
-from .watch import Tracked, previous_findings, track
+from .schema import COLUMNS
+from .store import Store, parquet_select
+from .watch import Tracked, previous_document, track
 
 
 @dataclass
@@ -54,21 +55,116 @@ def method(params: dict, costs: CostModel) -> dict:
 
 def scan_store(store: Store, config_file: Path | None = None, overrides: list[str] = (),
                costs: CostModel | None = None, only: list[str] | None = None,
-               alert_on: str = "high") -> ScanResult:
+               alert_on: str = "high", lookback: dt.timedelta | None = None) -> ScanResult:
     """Detect and attribute over `store`; the store keeps the findings (the last scan's),
-    each with its status against the scan before (new, growing, escalated, ongoing, ended)."""
+    each with its status against the scan before (new, growing, escalated, ongoing, ended).
+
+    With `lookback` (scheduled scans), the detectors read only the events since the last
+    scan's latest event minus `lookback`, and what they find continues the last scan's
+    findings: the cost of a scan follows what is new, not the size of the store."""
     params = settings(config_file, overrides)
     costs = costs or load_cost_model()
-    before = previous_findings(store)
+    before_doc = previous_document(store)
+    before = {f["id"]: f for f in before_doc["findings"]} if before_doc else {}
     con = store.connect()
-    cache_events(con)
+    since = None
+    if lookback is not None and before_doc and before_doc["totals"].get("end"):
+        since = _parse_iso(before_doc["totals"]["end"]) - lookback
+        _window(con, store, since)
+    else:
+        cache_events(con)
     findings = run_detectors(con, params, only)
     attributed, totals = attribute(con, findings, costs)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
+    if since is not None:
+        doc = continue_findings(con, before_doc, doc, since)
     tracked = track(doc, before, alert_on)
     if store.catalog.exists():
         save_findings(store, con, doc, tracked.statuses)
     return ScanResult(doc, attributed, totals, con, tracked)
+
+
+def _parse_iso(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.rstrip("Z"))
+
+
+def _window(con: duckdb.DuckDBPyConnection, store: Store, since: dt.datetime) -> None:
+    """Make `events` (and the views over it) show only events at or after `since`. Parquet
+    row groups are skipped by their time statistics, so this reads what is recent."""
+    files = store.committed_files()["events"]
+    con.execute(f"CREATE OR REPLACE TEMP VIEW events_all AS {parquet_select(files, COLUMNS)}")
+    literal = since.isoformat(sep=" ", timespec="milliseconds")  # ours, not from a log
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _events_window AS SELECT * FROM events_all "
+                f"WHERE ts >= TIMESTAMP '{literal}'")
+    con.execute("CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM _events_window")
+
+
+def _same_loop(f: dict) -> tuple:
+    return (f["detector"], tuple(f["actors"]), tuple(f["targets"]), tuple(f["sessions"]))
+
+
+def continue_findings(con: duckdb.DuckDBPyConnection, before: dict, window: dict,
+                      since: dt.datetime) -> dict:
+    """The last scan's findings, continued by those found in the recent window: a window
+    finding with the same detector and participants as one still active at `since` is that
+    finding going on (same id, its start, its counts plus what is new); others are new.
+    Titles and summaries keep the wording of the scan that found them; a full `scan` gives
+    fresh ones."""
+    merged = {f["id"]: dict(f) for f in before["findings"]}
+    active = {}
+    for f in before["findings"]:
+        if f["end"] and _parse_iso(f["end"]) >= since:
+            active[_same_loop(f)] = f
+    fidx = dict(con.execute("SELECT finding_id, fidx FROM _findx").fetchall())
+    for w in window["findings"]:
+        prev = active.get(_same_loop(w))
+        if prev is None:
+            merged[w["id"]] = w
+            continue
+        seen = con.execute(
+            """SELECT count(*) FILTER (WHERE is_unit), count(*), coalesce(sum(byte_length), 0),
+                      coalesce(sum(tokens), 0), sum(cost_usd)
+               FROM claimed WHERE fidx = ? AND ts <= ?""",
+            [fidx[w["id"]], _parse_iso(prev["end"])]).fetchall()[0]
+        m = merged[prev["id"]]
+        for key, old in zip(("events", "lines", "bytes", "tokens"), seen[:4], strict=True):
+            m[key] = prev[key] + w[key] - old
+        if w["cost_usd"] is not None:
+            m["cost_usd"] = round((prev["cost_usd"] or 0) + w["cost_usd"] - (seen[4] or 0), 6)
+        m["end"] = max(prev["end"], w["end"])
+        if ("low", "medium", "high", "critical").index(w["severity"]) > \
+                ("low", "medium", "high", "critical").index(prev["severity"]):
+            m["severity"] = w["severity"]
+        m["evidence"] = prev["evidence"][:-1] + w["evidence"][-1:]
+    doc = dict(window)
+    doc["findings"] = sorted(merged.values(), key=findings_json.sort_key)
+    doc["totals"] = _continued_totals(con, before["totals"])
+    doc["method"] = dict(window["method"], incremental={
+        "window_start": findings_json.iso(since),
+        "note": "detectors read only recent events; figures of continuing findings are the "
+                "previous scan's plus what is new"})
+    return doc
+
+
+def _continued_totals(con: duckdb.DuckDBPyConnection, before: dict) -> dict:
+    """Whole-log totals: the last scan's, plus the events after its latest one."""
+    end = _parse_iso(before["end"])
+    units, lines, nbytes, tokens, cost, last = con.execute(
+        """SELECT count(*) FILTER (WHERE list_contains($units, e.kind)), count(*),
+                  coalesce(sum(e.byte_length), 0), coalesce(sum(ec.tokens), 0),
+                  sum(ec.cost_usd), max(e.ts)
+           FROM events e LEFT JOIN event_costs ec USING (event_id) WHERE e.ts > $end""",
+        {"units": list(UNIT_KINDS_ALL), "end": end}).fetchall()[0]
+    out = dict(before)
+    out["events"] = before["events"] + units
+    out["lines"] = before["lines"] + lines
+    out["bytes"] = before["bytes"] + int(nbytes)
+    out["tokens"] = before["tokens"] + int(tokens)
+    if cost is not None:
+        out["cost_usd"] = round((before["cost_usd"] or 0) + float(cost), 6)
+    if last is not None:
+        out["end"] = findings_json.iso(last)
+    return out
 
 
 # Detectors and attribution each read the events several times; decoding the Parquet files

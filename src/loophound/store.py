@@ -211,7 +211,7 @@ class Store:
                 "findings": fi, "finding_events": fe}
 
 
-def _parquet_or_empty(files: list[str], columns) -> str:
+def parquet_select(files: list[str], columns) -> str:
     if files:
         listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
         return f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
@@ -255,11 +255,11 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     """
     files = store.committed_files()
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS "
-                f"{_parquet_or_empty(files['events'], COLUMNS)}")
+                f"{parquet_select(files['events'], COLUMNS)}")
     _copy_catalog(con, store)
     con.execute(
         "CREATE OR REPLACE TEMP VIEW quarantine AS "
-        f"{_parquet_or_empty(files['quarantine'], QUARANTINE_COLUMNS)} UNION ALL BY NAME "
+        f"{parquet_select(files['quarantine'], QUARANTINE_COLUMNS)} UNION ALL BY NAME "
         """SELECT display_path AS file, lines + 1 AS line, pending_offset AS byte_offset,
              pending_length AS byte_length, 'truncated_last_line' AS reason,
              'last line has no newline (cut off, or still being written); '

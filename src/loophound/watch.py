@@ -25,15 +25,21 @@ class Tracked:
     alerts: list[dict] = field(default_factory=list)
 
 
-def previous_findings(store: Store) -> dict[str, dict]:
-    """The findings of the last scan kept in the store, by id."""
+def previous_document(store: Store) -> dict | None:
+    """The findings document of the last scan kept in the store."""
     if not store.catalog.exists():
-        return {}
+        return None
     with store.catalog_connection(read_only=True) as cat:
         rows = cat.execute("SELECT json FROM findings_runs ORDER BY run_id DESC LIMIT 1").fetchall()
     if not rows or not rows[0][0]:
-        return {}
-    return {f["id"]: f for f in json.loads(rows[0][0])["findings"]}
+        return None
+    return json.loads(rows[0][0])
+
+
+def previous_findings(store: Store) -> dict[str, dict]:
+    """The findings of the last scan kept in the store, by id."""
+    doc = previous_document(store)
+    return {f["id"]: f for f in doc["findings"]} if doc else {}
 
 
 def track(doc: dict, before: dict[str, dict], alert_on: str = "high") -> Tracked:

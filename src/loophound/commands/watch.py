@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
         DEFAULT_STORE,
         AlertOnOpt,
         AlertsOpt,
+        LookbackOpt,
         CallCostOpt,
         ConfigOpt,
         PricesOpt,
@@ -34,6 +35,7 @@ def register(app: typer.Typer) -> None:
         alerts: AlertsOpt = None,
         webhook: WebhookOpt = None,
         alert_on: AlertOnOpt = "high",
+        lookback: LookbackOpt = "1h",
         max_runs: Annotated[int, typer.Option(help="Stop after this many scans (0: never).")] = 0,
         config: ConfigOpt = None,
         set_: SetOpt = None,
@@ -48,6 +50,7 @@ def register(app: typer.Typer) -> None:
         """
         try:
             interval = parse_every(every)
+            lookback_s = parse_every(lookback)
         except ValueError as exc:
             fail(str(exc))
         stopping = False
@@ -62,7 +65,7 @@ def register(app: typer.Typer) -> None:
         while not stopping:
             started = time.monotonic()
             incremental_scan(paths, store, "never", alerts, webhook, alert_on, True, config,
-                             set_ or [], prices, cost_per_call)
+                             set_ or [], prices, cost_per_call, lookback_s=lookback_s)
             runs += 1
             if max_runs and runs >= max_runs:
                 break
