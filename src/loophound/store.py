@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS inputs (
   sha_state BLOB,           -- SHA-256 midstate at `bytes`: appended bytes are hashed alone
   tail_sha256 VARCHAR       -- SHA-256 of the 4 KiB before `bytes`: proves the file is the same
 );
+-- stores written before these columns existed gain them (NULL: re-hashed in full once)
+ALTER TABLE inputs ADD COLUMN IF NOT EXISTS sha_state BLOB;
+ALTER TABLE inputs ADD COLUMN IF NOT EXISTS tail_sha256 VARCHAR;
 CREATE TABLE IF NOT EXISTS batches (
   batch_id INTEGER PRIMARY KEY,
   input_id INTEGER,
