@@ -284,3 +284,24 @@ def test_verify_rehashes_everything_and_names_changed_or_missing_inputs(tmp_path
     gone.unlink()
     res = runner.invoke(app, ["verify", "--store", str(store)])
     assert res.exit_code == 1 and "changed" in res.output and "gone" in res.output
+
+
+def test_an_append_is_hashed_alone_even_after_runs_that_found_nothing_new(tmp_path, monkeypatch):
+    from loophound import digest
+
+    if not digest.available():
+        pytest.skip("no libcrypto: appends are re-hashed in full")
+    log = tmp_path / "grow.log"
+    log.write_text("".join(pair(i) for i in range(2000)))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    ingest([str(log)], store)  # nothing new
+    hashed = []
+    real = digest.Sha256.update
+    monkeypatch.setattr(digest.Sha256, "update", lambda self, b: (hashed.append(len(b)), real(self, b)))
+    extra = pair(5000)
+    with log.open("a") as fh:
+        fh.write(extra)
+    assert ingest([str(log)], store).events == 2
+    assert sum(hashed) == len(extra)
+    assert q(store, "SELECT sha256 FROM inputs") == [(hashlib.sha256(log.read_bytes()).hexdigest(),)]

@@ -329,7 +329,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                      options: IngestOptions, rep: FileReport, progress) -> None:
     compressed = compression_of(path) is not None
     with open_binary(path) as stream:
-        hasher, state = Sha256(), ReadState()
+        hasher, state, tail_before = Sha256(), ReadState(), b""
         if known is not None:
             resumed = _resume(stream, path, known, compressed)
             if resumed is None:
@@ -339,7 +339,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 stream.close()
                 stream = open_binary(path)
             else:
-                hasher = resumed
+                hasher, tail_before = resumed
                 state = ReadState(next_line=known.lines + 1, next_offset=known.bytes)
         input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
         ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
@@ -351,7 +351,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         rejected: list[Rejected] = []
         first_offset = state.next_offset
         range_hash = hashlib.sha256()
-        recent = bytearray()  # the last TAIL_LEN consumed bytes: the next run's check
+        recent = bytearray(tail_before)  # the last TAIL_LEN bytes read: the next run's check
 
         def on_consumed(data: bytes) -> None:
             hasher.update(data)
@@ -433,9 +433,10 @@ class _Prepend:
         self.stream.close()
 
 
-def _resume(stream, path: Path, known: Known, compressed: bool) -> Sha256 | None:
+def _resume(stream, path: Path, known: Known, compressed: bool) -> tuple[Sha256, bytes] | None:
     """Position `stream` at the stored watermark if the file still holds what was read there,
-    returning the SHA-256 to continue; None when it does not (rotated, rewritten, truncated).
+    returning the SHA-256 to continue and the bytes just before the watermark; None when it
+    does not hold them (rotated, rewritten, truncated).
 
     With a saved SHA-256 state this reads only the TAIL_LEN bytes before the watermark (the
     head was matched already), so a scan of an appended log costs what was appended. Without
@@ -451,16 +452,17 @@ def _resume(stream, path: Path, known: Known, compressed: bool) -> Sha256 | None
             tail = stream.read(known.bytes - start)
         if len(tail) != known.bytes - start or hashlib.sha256(tail).hexdigest() != known.tail_sha256:
             return None
-        return Sha256(known.sha_state)
+        return Sha256(known.sha_state), tail
     hasher = Sha256()
-    remaining = known.bytes
+    remaining, tail = known.bytes, b""
     while remaining:
         chunk = stream.read(min(remaining, 8 * 1024 * 1024))
         if not chunk:
             return None
         hasher.update(chunk)
+        tail = (tail + chunk)[-TAIL_LEN:]
         remaining -= len(chunk)
-    return hasher if hasher.hexdigest() == known.sha256 else None
+    return (hasher, tail) if hasher.hexdigest() == known.sha256 else None
 
 
 def _discard(stream, n: int) -> None:
