@@ -19,7 +19,7 @@ from . import findings_json
 from .attribute import UNIT_KINDS_ALL, Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, run_detectors, settings
-from .detect.base import param_docs
+from .detect.base import SEVERITIES, param_docs
 from .schema import COLUMNS
 from .store import Store, parquet_select
 from .watch import Tracked, previous_document, track
@@ -71,6 +71,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     if lookback is not None and before_doc and before_doc["totals"].get("end"):
         since = _parse_iso(before_doc["totals"]["end"]) - lookback
         _window(con, store, since)
+        only = only or alerting_detectors(alert_on)
     else:
         cache_events(con)
     findings = run_detectors(con, params, only)
@@ -78,10 +79,18 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
     if since is not None:
         doc = continue_findings(con, before_doc, doc, since)
+        doc["method"]["incremental"]["detectors_run"] = sorted(only or DETECTORS)
     tracked = track(doc, before, alert_on)
     if store.catalog.exists():
         save_findings(store, con, doc, tracked.statuses)
     return ScanResult(doc, attributed, totals, con, tracked)
+
+
+def alerting_detectors(alert_on: str) -> list[str]:
+    """Detectors that can report a finding at or above `alert_on`: a scheduled scan runs only
+    these (unusual_actor stays at medium, and importing scikit-learn alone takes seconds)."""
+    floor = SEVERITIES.index(alert_on) if alert_on in SEVERITIES else 0
+    return [n for n, d in DETECTORS.items() if SEVERITIES.index(d.max_severity) >= floor]
 
 
 def _parse_iso(text: str) -> dt.datetime:

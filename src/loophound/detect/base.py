@@ -57,6 +57,9 @@ class Detector:
     run: Callable[[duckdb.DuckDBPyConnection, Any], list[Finding]]
     # when two findings claim one event, the lower rank explains it best
     rank: int = 50
+    # the most severe finding it can report: scheduled scans skip detectors that cannot reach
+    # the alert threshold
+    max_severity: str = "critical"
 
 
 def param(default: Any, doc: str) -> Any:

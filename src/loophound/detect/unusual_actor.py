@@ -412,4 +412,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=90,
+    max_severity="medium",
 )
