@@ -88,6 +88,12 @@ def main() -> None:
               f"(runs {', '.join(f'{t:.2f}' for t in times)}); nothing new: {quiet:.2f} s")
     h, f = results["half"], results["full"]
     print(f"growth: store ×{f[0] / h[0]:.2f} → incremental scan time ×{f[2] / h[2]:.2f}")
+    startup = statistics.median(
+        timed([sys.executable, "-c", "from loophound.cli import run; run()", "--version"])
+        for _ in range(args.repeat))
+    print(f"of which starting Python and importing loophound (`loophound --version`): "
+          f"{startup:.2f} s; the scan itself: half {h[2] - startup:.2f} s, "
+          f"full {f[2] - startup:.2f} s")
     if not args.keep:
         shutil.rmtree(work)
 
