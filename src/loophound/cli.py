@@ -383,15 +383,9 @@ COMMAND_MODULES = ("sql", "report", "watch", "synth")
 
 
 def _register_commands() -> None:
-    import importlib
+    from .registry import present
 
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"loophound.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"loophound.commands.{name}":
-                raise
-            continue
+    for module in present("loophound.commands", COMMAND_MODULES):
         module.register(app)
 
 

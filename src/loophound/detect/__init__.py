@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 
+from ..registry import present
 from .base import Detector, Finding, param_docs
 
 _MODULES = (
@@ -24,16 +25,7 @@ _MODULES = (
 
 
 def _load() -> dict[str, Detector]:
-    found = {}
-    for name in _MODULES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            continue
-        found[module.DETECTOR.name] = module.DETECTOR
-    return found
+    return {m.DETECTOR.name: m.DETECTOR for m in present(__name__, _MODULES)}
 
 
 DETECTORS: dict[str, Detector] = _load()

@@ -69,3 +69,29 @@ def param(default: Any, doc: str) -> Any:
 
 def param_docs(params_cls: type) -> list[tuple[str, Any, str]]:
     return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(params_cls)]
+
+
+def human_duration(seconds: float) -> str:
+    """`45 s`, `12 min`, `17.1 h`: durations as a person says them."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def claim_with_request_lines(units_filter: str) -> str:
+    """Claim SQL: the unit events that `units_filter` (a condition over `e`, with $start and
+    $stop bound) selects, plus the response and lifecycle lines of those that are requests:
+    a request and its answer are one action, and the loop's log bytes include both."""
+    return f"""
+SELECT e.event_id FROM events e
+WHERE e.ts BETWEEN $start AND $stop AND {units_filter}
+UNION ALL
+SELECT o.event_id FROM events o
+SEMI JOIN (SELECT e.file, e.corr_id FROM events e
+           WHERE e.kind = 'request' AND e.corr_id IS NOT NULL AND e.ts BETWEEN $start AND $stop
+             AND {units_filter}) r
+  ON o.file = r.file AND o.corr_id = r.corr_id
+WHERE o.kind IN ('response', 'lifecycle') AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
+"""

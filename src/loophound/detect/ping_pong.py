@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from .base import Detector, Finding, param
+from .base import Detector, Finding, human_duration, param
 
 MAX_HOP_DEPTH = 4  # sven-node/src/tools.rs; MAX_ROOM_POST_DEPTH is the same
 MESSAGE_KINDS = ("message", "record")
@@ -279,7 +279,7 @@ def _finding(r: dict, p: Params, aliases: dict[str, list[str]]) -> Finding | Non
     duration_s = (r["stop"] - r["start"]).total_seconds()
     pattern = _pattern(r, machine, terminated_by_guard, depth_grew, is_room)
     ids = sorted(set(r["ids"]) | set(r["openers"] or []))
-    title = (f"{da} ⇄ {db}: {len(ids):,} messages, {rounds:,} round trips in {_human(duration_s)} "
+    title = (f"{da} ⇄ {db}: {len(ids):,} messages, {rounds:,} round trips in {human_duration(duration_s)} "
              f"({pattern})")
     pace = (f"median gap {_secs(r['median_gap_ms'])} (p10 {_secs(r['p10_gap_ms'])}, "
             f"p90 {_secs(r['p90_gap_ms'])}); slower side answers in {_secs(pace_ms)} (median)")
@@ -301,7 +301,7 @@ def _finding(r: dict, p: Params, aliases: dict[str, list[str]]) -> Finding | Non
         role_note = f"; {r['u2u']:,} replies forwarded a `user` message as `user`"
     summary = (f"{da} and {db} exchanged {len(ids):,} messages{where}, alternating "
                f"{r['switches']:,} times from {r['start']:%Y-%m-%d %H:%M:%S} to "
-               f"{r['stop']:%H:%M:%S} without a {_human(p.break_s)} break; {pace}"
+               f"{r['stop']:%H:%M:%S} without a {human_duration(p.break_s)} break; {pace}"
                f"{role_note}{depth_note}.")
     if not machine:
         summary += (" One side answers at human pace: probably a long conversation, listed for "
@@ -366,7 +366,7 @@ def _pattern(r: dict, machine: bool, guarded: bool, grew: bool, is_room: bool) -
 
 def _recommendation(r: dict, is_room: bool, guarded: bool, grew: bool, p: Params) -> str:
     cap = (f"rate-cap auto-replies per pair (e.g. at most {p.min_rounds} round trips per "
-           f"{_human(p.break_s)}) and alert when the cap trips.")
+           f"{human_duration(p.break_s)}) and alert when the cap trips.")
     if is_room:
         return ("The reactive room handler must set room_depth = incoming_post.depth before the agent "
                 "runs, so each reply goes out at depth + 1 and MAX_ROOM_POST_DEPTH = "
@@ -401,15 +401,7 @@ def _secs(ms: float | None) -> str:
     s = ms / 1000
     if s < 120:
         return f"{s:.3g} s"
-    return _human(s)
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    return human_duration(s)
 
 
 DETECTOR = Detector(

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, param
+from .base import Detector, Finding, claim_with_request_lines, human_duration, param
 
 UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start")
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
@@ -313,20 +313,8 @@ SCOPE_COND = {"session": "e.session = $key", "actor": "e.actor = $key", "log": "
 
 
 def _claim_sql(scope: str) -> str:
-    cond = SCOPE_COND[scope]
-    return f"""
-SELECT e.event_id FROM events e
-WHERE list_contains($kinds, e.kind) AND e.format = $format AND e.ts BETWEEN $start AND $stop
-  AND {cond}
-UNION ALL
-SELECT o.event_id FROM events o
-WHERE o.kind IN ('response', 'lifecycle') AND o.format = $format
-  AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
-  AND (o.file, o.corr_id) IN (
-    SELECT (e.file, e.corr_id) FROM events e
-    WHERE e.kind = 'request' AND e.format = $format AND e.ts BETWEEN $start AND $stop
-      AND e.corr_id IS NOT NULL AND {cond})
-"""
+    return claim_with_request_lines(
+        f"list_contains($kinds, e.kind) AND e.format = $format AND {SCOPE_COND[scope]}")
 
 
 def _params(scope: str, fmt: str, key: str, **more) -> dict:
@@ -540,9 +528,9 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
     evidence = _evidence(con, ids, i, j, cad, sp, peak_b, times, guards > 0, sp.fmt)
     who = {"session": f"session {sp.key}", "actor": f"actor {sp.key}",
            "log": f"the whole {sp.fmt} log"}[sp.scope]
-    title = (f"{who}: {n:,} events in {_human(duration_s)} at {_rate(rate)}, "
+    title = (f"{who}: {n:,} events in {human_duration(duration_s)} at {_rate(rate)}, "
              f"{ratio:,.0f}× its baseline" if math.isfinite(ratio) else
-             f"{who}: {n:,} events in {_human(duration_s)} at {_rate(rate)}")
+             f"{who}: {n:,} events in {human_duration(duration_s)} at {_rate(rate)}")
     pace = []
     if machine_cadence:
         pace.append(f"near-constant gaps of ~{cad['longest_run_gap_ms']:.0f} ms "
@@ -653,14 +641,6 @@ def _rate(per_s: float) -> str:
     if per_s * 60 >= 1:
         return f"{per_s * 60:,.3g}/min"
     return f"{per_s * 3600:,.3g}/h"
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 DETECTOR = Detector(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, param
+from .base import Detector, Finding, claim_with_request_lines, human_duration, param
 
 # bproxy error codes whose retry hint is `never` (log-formats §2.4, after ADR-030)
 NEVER_RETRY = (
@@ -58,21 +58,10 @@ WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
 """
 
-CLAIM = """
-SELECT e.event_id FROM events e
-WHERE e.ts BETWEEN $start AND $stop AND e.error = $error
-  AND e.actor IS NOT DISTINCT FROM $actor AND e.session IS NOT DISTINCT FROM $session
-  AND e.action IS NOT DISTINCT FROM $action AND list_contains($kinds, e.kind)
-UNION ALL
-SELECT o.event_id FROM events o
-SEMI JOIN (
-    SELECT e.file, e.corr_id FROM events e
-    WHERE e.ts BETWEEN $start AND $stop AND e.error = $error AND e.kind = 'request'
-      AND e.actor IS NOT DISTINCT FROM $actor AND e.session IS NOT DISTINCT FROM $session
-      AND e.action IS NOT DISTINCT FROM $action) r
-  ON o.file = r.file AND o.corr_id = r.corr_id
-WHERE o.kind IN ('response', 'lifecycle') AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
-"""
+CLAIM = claim_with_request_lines(
+    "e.error = $error AND e.actor IS NOT DISTINCT FROM $actor "
+    "AND e.session IS NOT DISTINCT FROM $session AND e.action IS NOT DISTINCT FROM $action "
+    "AND list_contains($kinds, e.kind)")
 
 
 def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
@@ -148,7 +137,7 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
     pace = (f"every {median_ms / 1000:.3g} s (median)" if median_ms else "in a burst")
     title = f"{what} failed {n:,} times in a row with {r['error']}{where}"
     summary = (
-        f"{who} sent {what}{where} {n:,} times over {_human(duration_s)}, {pace}, "
+        f"{who} sent {what}{where} {n:,} times over {human_duration(duration_s)}, {pace}, "
         f"{rate:.3g}/s, and got {r['error']} every time"
         + ("; the gaps grew, so the caller was backing off" if backing_off else
            "; it never backed off")
@@ -211,14 +200,6 @@ def _recommendation(error: str | None, terminal: dict | None) -> str:
     return ("Add a circuit breaker: after 3–5 identical errors for the same caller, session and "
             "action, stop and escalate instead of retrying; retry only with exponential back-off "
             "and a cap on attempts.")
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 DETECTOR = Detector(

@@ -33,7 +33,7 @@ from typing import Any
 
 import duckdb
 
-from .base import Detector, Finding, param
+from .base import Detector, Finding, human_duration, param
 
 
 @dataclass
@@ -295,16 +295,16 @@ def _finding(lin: Lineage, c: dict, p: Params) -> Finding:
         per = statistics.median(priced_laps) if priced_laps else None
         cost_note = (f"; the sessions cost ${cost_total:,.2f} as logged"
                      + (f", ${per:,.2f} per round (median)" if per is not None else ""))
-    lap_note = (f"; a lap took {_human(median_lap_s)} (median)" if median_lap_s is not None else "")
+    lap_note = (f"; a lap took {human_duration(median_lap_s)} (median)" if median_lap_s is not None else "")
     depth_note = (f"; hook_origin_depth stayed {depths[0]} on every hop, so depth caps never fired"
                   if len(depths) == 1 else "")
     linked = {lin.linked_by.get(i, "root") for i in c["hops"]}
     how = "the parent_completion_id lineage" if "time" not in linked else \
-        f"who-triggered-whom within {_human(p.window_s)}"
+        f"who-triggered-whom within {human_duration(p.window_s)}"
     title = f"Trigger cycle {ring}: {laps:,} laps, {len(sess) or len(hop_rows):,} sessions"
     summary = (f"{', '.join(cyc)} kept re-triggering each other: {ring} went round {laps:,} times "
                f"from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} "
-               f"({_human((end - start).total_seconds())}), "
+               f"({human_duration((end - start).total_seconds())}), "
                f"{len(hop_rows):,} hooks fired and {len(sess):,} sessions started"
                f"{cost_note}{lap_note}{depth_note}. Each hop is a new session with a new completion "
                f"id; the cycle shows only through {how}"
@@ -320,7 +320,7 @@ def _finding(lin: Lineage, c: dict, p: Params) -> Finding:
         h = hops[closing]
         evidence.append({"file": h["file"], "line": h["line"],
                          "note": f"{h['source']} triggers {h['target']} again: the cycle closes "
-                                 f"(a {_human(p.window_s)} cycle check would block this hook)"})
+                                 f"(a {human_duration(p.window_s)} cycle check would block this hook)"})
     if hop_rows:
         h = hop_rows[-1]
         evidence.append({"file": h["file"], "line": h["line"], "note": "last hook of the cycle"})
@@ -364,24 +364,16 @@ def _hop_ref(h: dict) -> str:
 
 def _recommendation(cyc: list[str], lap_s: float | None, per_hour: float, p: Params) -> str:
     agents = ", ".join(cyc)
-    caught = (f" (a lap here took {_human(lap_s)}, so that check would have stopped the first return)"
+    caught = (f" (a lap here took {human_duration(lap_s)}, so that check would have stopped the first return)"
               if lap_s is not None and lap_s <= p.window_s else "")
     rate = (f"Rate-limit monitoring agents to 5 hooks/agent/hour; this cycle fired {per_hour:.1f} "
             "hooks/agent/hour, " + ("so the limit would have slowed it." if per_hour > 5 else
                                     "so a rate limit alone would not have stopped it."))
     return (f"Isolate monitoring agents from triggering each other: add {agents} to "
             "monitoring_agent_isolation so none of them can start another by hook. Before firing "
-            f"A→B, check the trigger graph for B→…→A over the last {_human(p.window_s)} (BFS depth ≤ "
+            f"A→B, check the trigger graph for B→…→A over the last {human_duration(p.window_s)} (BFS depth ≤ "
             f"{p.max_cycle_len}) and refuse{caught}. Carry hook_origin_depth across completions "
             "(child = parent + 1) and cap it, so a new completion id does not reset the chain. " + rate)
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 DETECTOR = Detector(

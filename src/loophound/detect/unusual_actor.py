@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, param
+from .base import Detector, Finding, claim_with_request_lines, param
 from .rate_spike import COPIES, SPAN_SQL, UNIT_KINDS, bucket_width_s, create_copies_table
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -84,20 +84,8 @@ SCOPE_COND = {"actor": "e.actor = $key", "session": "e.actor IS NULL AND e.sessi
 
 
 def _claim_sql(scope: str) -> str:
-    cond = SCOPE_COND[scope]
-    return f"""
-SELECT e.event_id FROM events e
-WHERE list_contains($kinds, e.kind) AND e.format = $format AND e.ts BETWEEN $start AND $stop
-  AND {cond}
-UNION ALL
-SELECT o.event_id FROM events o
-WHERE o.kind IN ('response', 'lifecycle') AND o.format = $format
-  AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
-  AND (o.file, o.corr_id) IN (
-    SELECT (e.file, e.corr_id) FROM events e
-    WHERE e.kind = 'request' AND e.format = $format AND e.ts BETWEEN $start AND $stop
-      AND e.corr_id IS NOT NULL AND {cond})
-"""
+    return claim_with_request_lines(
+        f"list_contains($kinds, e.kind) AND e.format = $format AND {SCOPE_COND[scope]}")
 
 
 def robust_z(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,25 +5,17 @@ Adding a format is one new module with a ``FORMAT`` object, and one line in ``_M
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
+from ..registry import present
 from .base import Format, FormatContext
 
 _MODULES = ("bproxy", "sven", "labtrust", "hooks", "generic")
 
 
 def _load() -> dict[str, Format]:
-    found: dict[str, Format] = {}
-    for name in _MODULES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            continue
-        found[module.FORMAT.name] = module.FORMAT
+    found = {m.FORMAT.name: m.FORMAT for m in present(__name__, _MODULES)}
     return dict(sorted(found.items(), key=lambda kv: (kv[1].priority, kv[0])))
 
 
