@@ -15,8 +15,9 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from _common import describe, incident_log
 
 INGEST = r"""
 import json, sys, time
@@ -71,13 +72,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path)
     args = ap.parse_args()
-    from loophound.synth import bproxy_full_incident
-
-    work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-detect-"))
-    work.mkdir(parents=True, exist_ok=True)
-    log = work / "2026-06-18.log"
-    if not log.exists():
-        bproxy_full_incident(log)
+    work, log = incident_log(args.keep, "loophound-detect-")
+    print(describe(log))
     ingests, scans = [], []
     for i in range(args.repeat):
         store = work / "store"

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import BASELINE_SQL, describe, incident_log
+
 RUNNER = r"""
 import json, resource, sys, time
 kind, log, out = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -27,8 +29,7 @@ t0 = time.perf_counter()
 if kind == "baseline":
     import duckdb
     t1 = time.perf_counter()
-    duckdb.connect().execute(f"COPY (SELECT * FROM read_json('{log}', sample_size = -1)) "
-                             f"TO '{out}/baseline.parquet' (FORMAT parquet)")
+    duckdb.connect().execute(sys.argv[4].format(log=log, out=out))
 else:
     from loophound.ingest import ingest
     from loophound.store import Store
@@ -43,7 +44,7 @@ print(json.dumps({"seconds": t2 - t1, "with_imports": t2 - t0,
 
 def measure(kind: str, log: Path, workdir: Path) -> dict:
     out = Path(tempfile.mkdtemp(dir=workdir))
-    res = subprocess.run([sys.executable, "-c", RUNNER, kind, str(log), str(out)],
+    res = subprocess.run([sys.executable, "-c", RUNNER, kind, str(log), str(out), BASELINE_SQL],
                          capture_output=True, text=True, check=True)
     subprocess.run(["rm", "-rf", str(out)], check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -54,16 +55,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="reuse/keep the generated log in this folder")
     args = ap.parse_args()
-    from loophound.synth import bproxy_full_incident
-
-    workdir = args.keep or Path(tempfile.mkdtemp(prefix="loophound-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "2026-06-18.log"
-    if not log.exists():
-        bproxy_full_incident(log)
+    workdir, log = incident_log(args.keep, "loophound-bench-")
     size = log.stat().st_size
     lines = sum(1 for _ in log.open("rb"))
-    print(f"input: {log} — {size / 2**20:.1f} MiB, {lines:,} lines")
+    print(describe(log))
     runs: dict[str, list[dict]] = {"baseline": [], "ingest": []}
     for i in range(args.repeat):
         for kind in ("baseline", "ingest"):

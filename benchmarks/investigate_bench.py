@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import BASELINE_SQL, describe, incident_log
+
 # Runs in a fresh interpreter: does one measured thing, reports time and peak RSS as JSON.
 RUNNER = r"""
 import contextlib, io, json, resource, sys, time
@@ -33,9 +35,7 @@ t0 = time.perf_counter()
 stderr = io.StringIO()
 if kind == "baseline":
     import duckdb
-    duckdb.connect().execute(
-        f"COPY (SELECT * FROM read_json('{log}', sample_size = -1)) TO '{out}/baseline.parquet' "
-        "(FORMAT parquet)")
+    duckdb.connect().execute(sys.argv[5].format(log=log, out=out))
     code = 0
 else:
     from loophound.cli import run
@@ -59,7 +59,8 @@ STAGES = ("reading the logs", "detecting loops and attributing cost", "writing t
 def measure(kind: str, log: Path, workdir: Path) -> dict:
     out = Path(tempfile.mkdtemp(dir=workdir))
     result = out / "result.json"
-    subprocess.run([sys.executable, "-c", RUNNER, kind, str(log), str(out), str(result)],
+    subprocess.run([sys.executable, "-c", RUNNER, kind, str(log), str(out), str(result),
+                    BASELINE_SQL],
                    check=True)
     r = json.loads(result.read_text())
     if kind == "investigate":
@@ -80,16 +81,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="reuse/keep the generated log in this folder")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
-    from loophound.synth import bproxy_full_incident
-
-    workdir = args.keep or Path(tempfile.mkdtemp(prefix="loophound-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "2026-06-18.log"
-    if not log.exists():
-        bproxy_full_incident(log)
-    size = log.stat().st_size
-    lines = sum(1 for _ in log.open("rb"))
-    print(f"input: {log} — {size / 2**20:.1f} MiB, {lines:,} lines")
+    workdir, log = incident_log(args.keep, "loophound-bench-")
+    print(describe(log))
     runs: dict[str, list[dict]] = {"baseline": [], "investigate": []}
     for i in range(args.repeat):
         for kind in ("baseline", "investigate"):
@@ -116,7 +109,7 @@ def main() -> None:
     print(f"report size: {report_mb:.2f} MB (target < 10 MB)")
     if args.json:
         args.json.write_text(json.dumps({
-            "input_bytes": size, "input_lines": lines, "median_seconds": med, "ratio": ratio,
+            "input_bytes": log.stat().st_size, "median_seconds": med, "ratio": ratio,
             "stages_median_seconds": stages, "peak_rss_mb": rss, "report_mb": report_mb,
             "runs": runs}, indent=2) + "\n")
     if not args.keep:
