@@ -50,8 +50,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("extra", "VARCHAR", "JSON object of the fields no column above holds"),
 )
 
-COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
-
 QUARANTINE_COLUMNS: tuple[Column, ...] = (
     Column("file", "VARCHAR", "input file"),
     Column("line", "BIGINT", "1-based line number"),

@@ -26,8 +26,6 @@ EVENTS = {
     "error_delay": "lifecycle", "ws_connect": "connection", "ws_disconnect": "connection",
     "ws_bad_message": "connection", "pacing_config": "config",
 }
-# Lines that belong to one request: they take its action, session and actor.
-REQUEST_LINES = ("response", "lifecycle")
 
 
 def sniff(records: list[dict], path: Path) -> bool:
