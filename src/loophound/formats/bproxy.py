@@ -67,30 +67,14 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
         earlier = """UNION ALL SELECT s.corr_id, s.action, s.session, s.actor
             FROM stored_events s SEMI JOIN _orphans o ON s.corr_id = o.corr_id
             WHERE s.kind = 'request'"""
-    # one rebuilt table rather than UPDATEs: DuckDB updates of string columns in a table that
-    # chunks were appended to cost several times more than writing the rows afresh
     con.execute(f"""
-      CREATE OR REPLACE TEMP TABLE _req AS
-        SELECT corr_id, any_value(action) AS action, any_value(session) AS session,
-               any_value(actor) AS actor
-        FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
-              {earlier})
-        WHERE corr_id IS NOT NULL GROUP BY corr_id;
-      CREATE OR REPLACE TEMP TABLE _resp AS
-        SELECT corr_id, any_value(ok) AS ok, any_value(error) AS error,
-               any_value(latency_ms) AS latency_ms
-        FROM batch WHERE kind = 'response' AND corr_id IS NOT NULL GROUP BY corr_id;
-      CREATE OR REPLACE TEMP TABLE batch AS
-        SELECT b.* REPLACE (
-          coalesce(b.action, q.action) AS action,
-          coalesce(b.session, q.session) AS session,
-          coalesce(b.actor, q.actor) AS actor,
-          coalesce(b.ok, r.ok) AS ok,
-          coalesce(b.error, r.error) AS error,
-          coalesce(b.latency_ms, r.latency_ms) AS latency_ms)
-        FROM batch b
-        LEFT JOIN _req q ON b.kind IN ('response', 'lifecycle') AND q.corr_id = b.corr_id
-        LEFT JOIN _resp r ON b.kind = 'request' AND r.corr_id = b.corr_id;
+      UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor)
+      FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
+            {earlier}) q
+      WHERE batch.corr_id = q.corr_id AND batch.kind IN ('response', 'lifecycle');
+      UPDATE batch SET ok = q.ok, error = q.error, latency_ms = q.latency_ms
+      FROM (SELECT corr_id, ok, error, latency_ms FROM batch WHERE kind = 'response') q
+      WHERE batch.corr_id = q.corr_id AND batch.kind = 'request';
     """)
 
 
