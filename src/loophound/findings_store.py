@@ -7,26 +7,22 @@ from __future__ import annotations
 
 import duckdb
 
-FINDING_COLUMNS = (
+from .schema import Column
+
+FINDING_COLUMNS = tuple(Column(n, t, "") for n, t in (
     ("id", "VARCHAR"), ("detector", "VARCHAR"), ("severity", "VARCHAR"), ("title", "VARCHAR"),
     ("summary", "VARCHAR"), ("actors", "VARCHAR[]"), ("targets", "VARCHAR[]"),
     ("sessions", "VARCHAR[]"), ("start", "VARCHAR"), ("end", "VARCHAR"), ("events", "BIGINT"),
     ("lines", "BIGINT"), ("bytes", "BIGINT"), ("tokens", "BIGINT"), ("cost_usd", "DOUBLE"),
     ("status", "VARCHAR"), ("json", "VARCHAR"),
-)
-FINDING_EVENT_COLUMNS = (("finding_id", "VARCHAR"), ("event_id", "BIGINT"))
-
-
-def _view(files: list[str], columns) -> str:
-    if files:
-        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        return f"SELECT * FROM read_parquet([{listed}])"
-    cols = ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in columns)
-    return f"SELECT {cols} WHERE false"
+))
+FINDING_EVENT_COLUMNS = (Column("finding_id", "VARCHAR", ""), Column("event_id", "BIGINT", ""))
 
 
 def define_finding_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> None:
+    from .store import parquet_select
+
     con.execute("CREATE OR REPLACE TEMP VIEW findings AS "
-                + _view(files.get("findings", []), FINDING_COLUMNS))
+                + parquet_select(files.get("findings", []), FINDING_COLUMNS))
     con.execute("CREATE OR REPLACE TEMP VIEW finding_events AS "
-                + _view(files.get("finding_events", []), FINDING_EVENT_COLUMNS))
+                + parquet_select(files.get("finding_events", []), FINDING_EVENT_COLUMNS))

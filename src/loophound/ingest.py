@@ -315,8 +315,7 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
     batch_id = _next_id(store, "batches", "batch_id")
     relative = f"events/{input_id:05d}-{batch_id:07d}.parquet"
     if rows:
-        target = str(store.root / relative).replace("'", "''")
-        con.execute(f"COPY batch TO '{target}' (FORMAT parquet)")
+        con.execute(f"COPY batch TO {db.sql_literal(str(store.root / relative))} (FORMAT parquet)")
     _commit(store, con, path, shown, fmt, known, input_id, state, [], digest, head_bytes=data[:HEAD_LEN],
             ended_without_newline=False, first_offset=0, range_sha=digest, compressed=False,
             batch_id=batch_id, events_file=relative if rows else None, events=len(rows),
@@ -510,8 +509,7 @@ class _ChunkSink:
         lo, hi = ctx.input_id << 32, (ctx.input_id + 1) << 32
         earlier = ""
         if files:
-            listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-            earlier = (f"SELECT {NARROW} FROM read_parquet([{listed}], union_by_name = true) "
+            earlier = (f"SELECT {NARROW} FROM read_parquet({db.sql_list(files)}, union_by_name = true) "
                        f"WHERE event_id >= {lo} AND event_id < {hi} UNION ALL ")
         con.execute(f"CREATE OR REPLACE TEMP VIEW stored_events AS {earlier}"
                     f"SELECT {NARROW} FROM file_rows")
@@ -670,7 +668,7 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
     select = fmt.select_sql(ctx)
     provided = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
     # keys may come from the data (generic format): JSON-encode them, then quote for SQL
-    nulls = json.dumps({k: None for k in sorted(mapped_keys)}).replace("'", "''")
+    nulls = db.sql_literal(json.dumps({k: None for k in sorted(mapped_keys)}))
     exprs = []
     for c in COLUMNS:
         if c.name == "event_id":
@@ -680,7 +678,7 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
         elif c.name == "format":
             exprs.append("'" + fmt.name + "'")
         elif c.name == "extra":
-            merged = f"nullif(CAST(json_merge_patch(m.text, '{nulls}') AS VARCHAR), '{{}}')"
+            merged = f"nullif(CAST(json_merge_patch(m.text, {nulls}) AS VARCHAR), '{{}}')"
             own = "m.extra" if "extra" in provided else merged
             exprs.append(f"CASE WHEN m.line IN (SELECT line FROM unknown) THEN {merged} "
                          f"ELSE {own} END")
@@ -727,9 +725,9 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             for c in QUARANTINE_COLUMNS
         })
         con.register("_q", table)
-        target = str(store.root / qu_rel).replace("'", "''")
+        target = db.sql_literal(str(store.root / qu_rel))
         cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
-        con.execute(f"COPY (SELECT {cast} FROM _q ORDER BY line) TO '{target}' (FORMAT parquet)")
+        con.execute(f"COPY (SELECT {cast} FROM _q ORDER BY line) TO {target} (FORMAT parquet)")
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     head_len = min(HEAD_LEN, len(head_bytes))
     pending = state.partial

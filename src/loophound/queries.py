@@ -37,6 +37,7 @@ from typing import Any
 
 import duckdb
 
+from .db import sql_list
 from .store import Store
 
 # Where named queries live: the top-level `queries/` of the source checkout (the package is
@@ -403,25 +404,6 @@ def _refuse_unless_query(st, text: str, where: str) -> None:
                             f"{READ_ONLY_HINT}")
 
 
-def _bare_finding_files(store: Store) -> dict[str, list[str]] | None:
-    """In a bare Parquet folder, the last scan's findings and finding-events files.
-
-    (`Store.committed_files` looks for `finding_events/` there, but a store keeps both kinds
-    in `findings/`: pick them apart by name.)"""
-    if not store.is_bare:
-        return None
-    folder = store.root / "findings"
-    fi = sorted(folder.glob("findings-*.parquet"))
-    fe = sorted(folder.glob("finding-events-*.parquet"))
-    fe += sorted((store.root / "finding_events").glob("*.parquet"))
-    return {"findings": [str(fi[-1].resolve())] if fi else [],
-            "finding_events": [str(fe[-1].resolve())] if fe else []}
-
-
-def _sql_list(items: Iterable[str]) -> str:
-    return "[" + ", ".join("'" + s.replace("'", "''") + "'" for s in items) + "]"
-
-
 def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
     """The store's views on an in-memory connection that cannot write anywhere.
 
@@ -431,23 +413,18 @@ def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
     Statements must still pass `check_read_only`: `allowed_paths` alone would let COPY write
     over the very files it allows reading."""
     from .attribute.costs import define_cost_view, load_cost_model
-    from .findings_store import define_finding_views
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
         con = store.connect()
     files = store.committed_files()
-    bare = _bare_finding_files(store)
-    if bare is not None:
-        files.update(bare)
-        define_finding_views(con, files)
     define_cost_view(con, costs or load_cost_model())
     readable = sorted({f for fs in files.values() for f in fs})
     spill = tempfile.mkdtemp(prefix="loophound-sql-")
     weakref.finalize(con, shutil.rmtree, spill, True)  # when the connection goes, or at exit
-    con.execute(f"SET temp_directory = {_sql_list([spill])[1:-1]}")
-    con.execute(f"SET allowed_directories = {_sql_list([spill + os.sep])}")
-    con.execute(f"SET allowed_paths = {_sql_list(readable)}")
+    con.execute(f"SET temp_directory = {sql_list([spill])[1:-1]}")
+    con.execute(f"SET allowed_directories = {sql_list([spill + os.sep])}")
+    con.execute(f"SET allowed_paths = {sql_list(readable)}")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET enable_external_access = false")

@@ -18,6 +18,7 @@ import pyarrow as pa
 from . import findings_json
 from .attribute import UNIT_KINDS_ALL, Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
+from .db import sql_literal
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
 from .schema import COLUMNS
@@ -219,12 +220,10 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
             "json": [json.dumps(r, sort_keys=True) for r in rows],
         })
         con.register("_findings", table)
-        target = str(store.root / f_rel).replace("'", "''")
-        con.execute(f"COPY _findings TO '{target}' (FORMAT parquet)")
+        con.execute(f"COPY _findings TO {sql_literal(str(store.root / f_rel))} (FORMAT parquet)")
         con.unregister("_findings")
-        target = str(store.root / e_rel).replace("'", "''")
         con.execute(f"COPY (SELECT finding_id, event_id FROM claims ORDER BY finding_id, "
-                    f"event_id) TO '{target}' (FORMAT parquet)")
+                    f"event_id) TO {sql_literal(str(store.root / e_rel))} (FORMAT parquet)")
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.catalog_connection() as cat:
             cat.execute("INSERT INTO findings_runs VALUES (?, ?, ?, ?, ?)",

@@ -216,9 +216,8 @@ class Store:
 
 def parquet_select(files: list[str], columns) -> str:
     if files:
-        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        return f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
-    cols = ", ".join(f"CAST(NULL AS {c.sql_type}) AS {c.name}" for c in columns)
+        return f"SELECT * FROM read_parquet({db.sql_list(files)}, union_by_name = true)"
+    cols = ", ".join(f'CAST(NULL AS {c.sql_type}) AS "{c.name}"' for c in columns)
     return f"SELECT {cols} WHERE false"
 
 

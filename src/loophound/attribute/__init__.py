@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from ..db import sql_literal
 from ..detect import DETECTORS, Finding
 from ..detect.base import severity_rank
 from .costs import CostModel, define_cost_view, load_cost_model
@@ -68,7 +69,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         f = findings[i]
         rank = DETECTORS[f.detector].rank if f.detector in DETECTORS else 99
         con.execute(
-            f"INSERT INTO claims SELECT DISTINCT {_lit(f.id)}, event_id, {rank}, "
+            f"INSERT INTO claims SELECT DISTINCT {sql_literal(f.id)}, event_id, {rank}, "
             f"{severity_rank(f.severity)}, {i}, {pos} FROM ({f.claim_sql})",
             f.claim_params or None,
         ).fetchall()
@@ -120,10 +121,6 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
 
 def _num(v) -> float | None:
     return None if v is None else float(v)
-
-
-def _lit(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[int, list[dict]]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import duckdb
 
+from ..db import sql_literal
+
 # A Haiku sub-agent call (seed 001): ~2,000 input and ~100 output tokens at $0.80/$4 per M.
 DEFAULT_COST_PER_CALL = 0.002
 
@@ -76,7 +78,7 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
           SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
           FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
         WHERE event_id <> canon""")
-    kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in model.call_kinds)
+    kinds = ", ".join(sql_literal(k) for k in model.call_kinds)
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE event_costs AS
       SELECT e.event_id,

@@ -15,6 +15,8 @@ from typing import Any
 
 import duckdb
 
+from ..db import sql_literal
+
 
 @dataclass(frozen=True)
 class FormatContext:
@@ -54,9 +56,7 @@ class Format:
     priority: int = 50  # lower sniffs first; the generic mapping is last
 
 
-def sql_str(value: str) -> str:
-    """Quote a constant that comes from us (not from a log) as a SQL string literal."""
-    return "'" + value.replace("'", "''") + "'"
+sql_str = sql_literal  # the formats' name for it
 
 
 def struct_spec(fields: dict[str, str]) -> str:
