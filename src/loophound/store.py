@@ -293,5 +293,18 @@ def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     con.unregister("_inputs_arrow")
 
 
+def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
+    """`_copies(event_id, canon)`: every stored copy of a message after the first (sven keeps
+    one per node, with the same message id), and the event it copies. Rates, units and costs
+    count a message once; findings still claim both copies, whose lines are the loop's.
+    Returns how many copies there are."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
+        SELECT event_id, canon FROM (
+          SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
+          FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
+        WHERE event_id <> canon""")
+    return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
+
+
 def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(create_table_sql("batch").replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))

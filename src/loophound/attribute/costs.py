@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from ..db import sql_literal
+from ..store import define_message_copies
 
 # A Haiku sub-agent call (seed 001): ~2,000 input and ~100 output tokens at $0.80/$4 per M.
 DEFAULT_COST_PER_CALL = 0.002
@@ -73,11 +74,7 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
                         [(m, i, o) for m, (i, o) in sorted(model.prices.items())])
     per_call = "NULL" if model.cost_per_call is None else repr(float(model.cost_per_call))
     # a message both parties stored is one call: only its first copy is priced
-    con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
-        SELECT event_id, canon FROM (
-          SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
-          FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
-        WHERE event_id <> canon""")
+    define_message_copies(con)
     kinds = ", ".join(sql_literal(k) for k in model.call_kinds)
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE event_costs AS

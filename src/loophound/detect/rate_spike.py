@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 
+from ..store import define_message_copies
 from .base import Detector, Finding, claim_with_request_lines, human_duration, param
 
 UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start")
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
                  43200, 86400)
 GUARD_ERRORS = ("METRONOME_DETECTED", "RATE_LIMITED")
-COPIES = "_unit_copies"  # temp table: second stored copies of one message (sven keeps one per node)
 SCOPES = ("session", "actor", "log")  # the order spikes are kept in: most specific first
 COVERED = 0.8  # a spike whose events the kept spikes already hold to this share adds nothing
 EPOCH = dt.datetime(1970, 1, 1)
@@ -187,19 +187,12 @@ def metronome(times_ms: np.ndarray, delays_ms: np.ndarray | None, tolerance: flo
     return out
 
 
-def create_copies_table(con: duckdb.DuckDBPyConnection) -> str:
-    """A message both parties stored is one message: list the event ids of every copy after
-    the first (per kind and message id), so rates and gaps count each message once. Findings
-    still claim both copies: their lines and bytes are the loop's (attribution dedups units).
-    Returns the SQL condition that skips the copies (empty when there are none)."""
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE {COPIES} AS
-        SELECT event_id FROM (
-          SELECT event_id, row_number() OVER (PARTITION BY kind, corr_id ORDER BY event_id) AS n
-          FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
-        WHERE n > 1""")
-    if not con.execute(f"SELECT count(*) FROM {COPIES}").fetchall()[0][0]:
+def skip_copies(con: duckdb.DuckDBPyConnection) -> str:
+    """The SQL condition that counts a message both parties stored once (see
+    store.define_message_copies); empty when no message was stored twice."""
+    if not define_message_copies(con):
         return ""
-    return f"AND e.event_id NOT IN (SELECT event_id FROM {COPIES})"
+    return "AND e.event_id NOT IN (SELECT event_id FROM _copies)"
 
 
 def bucket_width_s(span_s: float, target: int) -> int:
@@ -332,14 +325,7 @@ def _ts(ms: float) -> dt.datetime:
 
 
 def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
-    copies = create_copies_table(con)
-    try:
-        return _run(con, p, copies)
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {COPIES}")
-
-
-def _run(con: duckdb.DuckDBPyConnection, p: Params, copies: str) -> list[Finding]:
+    copies = skip_copies(con)
     kinds = list(UNIT_KINDS)
     spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
     if not spans:

@@ -40,7 +40,7 @@ import duckdb
 import numpy as np
 
 from .base import Detector, Finding, claim_with_request_lines, param
-from .rate_spike import COPIES, SPAN_SQL, UNIT_KINDS, bucket_width_s, create_copies_table
+from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 EPOCH = dt.datetime(1970, 1, 1)
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
@@ -222,14 +222,7 @@ def _ts(ms: int) -> dt.datetime:
 
 
 def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
-    copies = create_copies_table(con)
-    try:
-        return _run(con, p, copies)
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {COPIES}")
-
-
-def _run(con: duckdb.DuckDBPyConnection, p: Params, copies: str) -> list[Finding]:
+    copies = skip_copies(con)
     wins, width_of = windows(con, p, copies)
     if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
         return []
