@@ -271,7 +271,7 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
     rep.format = fmt.name
     known = _match(head, path, _known_inputs(store))
     try:
-        _read_into_store(path, shown, store, fmt, known, options, rep, progress)
+        _read_into_store(path, shown, store, fmt, known, options, rep, progress, head)
     except (OSError, EOFError) as exc:
         rep.warnings.append(f"stopped reading: {exc} (a damaged or truncated compressed file?); "
                             "what was read before is kept")
@@ -325,7 +325,8 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
 
 
 def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: Known | None,
-                     options: IngestOptions, rep: FileReport, progress) -> None:
+                     options: IngestOptions, rep: FileReport, progress, head: bytes) -> None:
+    """`head` is the file's first bytes, read once for sniffing: they identify it next time."""
     compressed = compression_of(path) is not None
     with open_binary(path) as stream:
         hasher, state, tail_before = Sha256(), ReadState(), b""
@@ -410,7 +411,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         if known is not None and known.path != str(path.resolve()):
             rep.status = "renamed" if rep.status == "unchanged" else rep.status
         _commit(store, con, path, shown, fmt, known, input_id, state, rejected, digest,
-                head_bytes=_head_of(path), ended_without_newline=ended_without_newline,
+                head_bytes=head[:HEAD_LEN], ended_without_newline=ended_without_newline,
                 first_offset=first_offset, compressed=compressed, batch_id=batch_id,
                 range_sha=range_hash.hexdigest() if first_offset else digest,
                 events_file=sink.relative if events else None, events=events,
@@ -470,10 +471,6 @@ def _discard(stream, n: int) -> None:
         if not chunk:
             return
         n -= len(chunk)
-
-
-def _head_of(path: Path) -> bytes:
-    return _read_head(path, HEAD_LEN)
 
 
 def _is_json_object(raw: bytes) -> bool:
