@@ -658,7 +658,11 @@ def _json_error(text: str) -> str:
 
 def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
                 mapped_keys: frozenset[str]) -> str:
-    """INSERT mapping `raw` into `batch`: the format's columns, NULL for the rest.
+    """Add `raw`, mapped, to `batch`: the format's columns, NULL for the rest.
+
+    `batch` is rebuilt in one statement (the held-back rows, then the new ones), not appended
+    to: DuckDB's UPDATE ... FROM that formats run next is ten times slower on a table made by
+    CREATE then INSERT (0.5 s instead of 0.05 s a chunk, measured on the bproxy join).
 
     `extra` is the format's own (its documented keys) except on lines listed in `unknown`,
     where it is every key not turned into a column (a JSON merge: exact, slower)."""
@@ -684,7 +688,8 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
         else:
             exprs.append(f"CAST(NULL AS {c.sql_type})")
     cols = ", ".join(f"{e} AS {c.name}" for e, c in zip(exprs, COLUMNS, strict=True))
-    return f"INSERT INTO batch SELECT {cols} FROM ({select}) m"
+    return (f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
+            f"UNION ALL SELECT {cols} FROM ({select}) m")
 
 
 def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
