@@ -73,8 +73,6 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         since = _parse_iso(before_doc["totals"]["end"]) - lookback
         _window(con, store, since)
         only = only or alerting_detectors(alert_on)
-    else:
-        cache_events(con)
     findings = run_detectors(con, params, only)
     attributed, totals = attribute(con, findings, costs)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
@@ -175,21 +173,6 @@ def _continued_totals(con: duckdb.DuckDBPyConnection, before: dict) -> dict:
     if last is not None:
         out["end"] = findings_json.iso(last)
     return out
-
-
-# Detectors and attribution each read the events several times; decoding the Parquet files
-# once into memory is cheaper when they fit (about 400 MB per million events).
-CACHE_MAX_EVENTS = 3_000_000
-
-
-def cache_events(con: duckdb.DuckDBPyConnection, limit: int = CACHE_MAX_EVENTS) -> bool:
-    """Hold the events in memory for this connection's views, if there are few enough."""
-    n = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
-    if not n or n > limit:
-        return False
-    con.execute("CREATE OR REPLACE TEMP TABLE _events_in_memory AS SELECT * FROM events")
-    con.execute("CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM _events_in_memory")
-    return True
 
 
 def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,

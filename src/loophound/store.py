@@ -298,6 +298,12 @@ def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
     one per node, with the same message id), and the event it copies. Rates, units and costs
     count a message once; findings still claim both copies, whose lines are the loop's.
     Returns how many copies there are."""
+    # a log without messages needs no window over them (the kind filter alone skips the
+    # Parquet pages; a condition on corr_id would read them)
+    if not con.execute("SELECT count(*) FROM events WHERE kind IN ('message', 'room_post')"
+                       ).fetchall()[0][0]:
+        con.execute("CREATE OR REPLACE TEMP TABLE _copies (event_id BIGINT, canon BIGINT)")
+        return 0
     con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
         SELECT event_id, canon FROM (
           SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon

@@ -7,8 +7,6 @@ TOML file (`[repeated_error] min_count = 50`), and `--set repeated_error.min_cou
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -92,31 +90,13 @@ def settings(config_file: Path | None = None, overrides: list[str] = ()) -> dict
 def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
                   only: list[str] | None = None) -> list[Finding]:
     """Run every detector (or `only` these) over the views in `con`."""
-    names = [n for n in DETECTORS if not only or n in only]
-    warm = _import_in_background(PREFETCH, any(n in names for n in PREFETCH_FOR))
+    present = {k for (k,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
+    names = [n for n, d in DETECTORS.items() if (not only or n in only)
+             and (not d.reads or present.intersection(d.reads))]
     findings: list[Finding] = []
     for name in names:
         findings.extend(DETECTORS[name].run(con, params[name]))
-    warm.join()
     return findings
-
-
-# scikit-learn takes seconds to import; it is imported while the SQL detectors run (DuckDB
-# releases the GIL), so unusual_actor finds it loaded.
-PREFETCH = "sklearn.ensemble"
-PREFETCH_FOR = ("unusual_actor",)
-
-
-def _import_in_background(module: str, wanted: bool) -> threading.Thread:
-    def load() -> None:
-        try:
-            importlib.import_module(module)
-        except ImportError:  # the detector reports it when it needs it
-            pass
-
-    thread = threading.Thread(target=load if wanted else (lambda: None), daemon=True)
-    thread.start()
-    return thread
 
 
 __all__ = ["DETECTORS", "ConfigError", "Detector", "Finding", "run_detectors", "settings"]

@@ -36,7 +36,8 @@ class Finding:
     targets: list[str] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
     # SQL (over the views) selecting the event_id of every line this finding claims, with its
-    # parameters; attribution counts, sizes and prices from it.
+    # parameters; attribution adds the answer lines of claimed requests, then counts, sizes
+    # and prices from them.
     claim_sql: str = ""
     claim_params: dict[str, Any] = field(default_factory=dict)
     # which claimed kinds are the "runaway actions" a user counts (requests, not their responses)
@@ -60,6 +61,9 @@ class Detector:
     # the most severe finding it can report: scheduled scans skip detectors that cannot reach
     # the alert threshold
     max_severity: str = "critical"
+    # the event kinds it reads: it is skipped when the store holds none of them (a bproxy log
+    # has no messages to ping-pong), which saves a scan per detector; empty means always run
+    reads: tuple[str, ...] = ()
 
 
 def param(default: Any, doc: str) -> Any:
@@ -80,18 +84,8 @@ def human_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def claim_with_request_lines(units_filter: str) -> str:
+def claim_units(units_filter: str) -> str:
     """Claim SQL: the unit events that `units_filter` (a condition over `e`, with $start and
-    $stop bound) selects, plus the response and lifecycle lines of those that are requests:
-    a request and its answer are one action, and the loop's log bytes include both."""
-    return f"""
-SELECT e.event_id FROM events e
-WHERE e.ts BETWEEN $start AND $stop AND {units_filter}
-UNION ALL
-SELECT o.event_id FROM events o
-SEMI JOIN (SELECT e.file, e.corr_id FROM events e
-           WHERE e.kind = 'request' AND e.corr_id IS NOT NULL AND e.ts BETWEEN $start AND $stop
-             AND {units_filter}) r
-  ON o.file = r.file AND o.corr_id = r.corr_id
-WHERE o.kind IN ('response', 'lifecycle') AND o.ts BETWEEN $start AND $stop + INTERVAL 1 MINUTE
-"""
+    $stop bound) selects. Attribution adds the response and lifecycle lines of the claimed
+    requests: a request and its answer are one action, and the loop's log bytes include both."""
+    return f"SELECT e.event_id FROM events e WHERE e.ts BETWEEN $start AND $stop AND {units_filter}"

@@ -304,4 +304,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=40,
+    reads=("message", "room_post", "record", "trigger", "session_start", "session_end"),
 )

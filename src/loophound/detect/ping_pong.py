@@ -410,4 +410,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=30,
+    reads=("message", "room_post", "record"),
 )

@@ -47,7 +47,7 @@ import duckdb
 import numpy as np
 
 from ..store import define_message_copies
-from .base import Detector, Finding, claim_with_request_lines, human_duration, param
+from .base import Detector, Finding, claim_units, human_duration, param
 
 UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start")
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
@@ -306,7 +306,7 @@ SCOPE_COND = {"session": "e.session = $key", "actor": "e.actor = $key", "log": "
 
 
 def _claim_sql(scope: str) -> str:
-    return claim_with_request_lines(
+    return claim_units(
         f"list_contains($kinds, e.kind) AND e.format = $format AND {SCOPE_COND[scope]}")
 
 
@@ -635,4 +635,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=60,
+    reads=UNIT_KINDS,
 )

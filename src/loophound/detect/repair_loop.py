@@ -241,4 +241,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=25,
+    reads=("repair_attempt",),
 )

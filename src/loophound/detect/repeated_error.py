@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, claim_with_request_lines, human_duration, param
+from .base import Detector, Finding, claim_units, human_duration, param
 
 # bproxy error codes whose retry hint is `never` (log-formats §2.4, after ADR-030)
 NEVER_RETRY = (
@@ -34,22 +34,23 @@ class Params:
     backoff_ratio: float = param(3.0, "late gaps this many times the early ones mean back-off")
 
 
-# The attempts of every (actor, session, action) that failed at least `min_count` times,
-# in order. Runs are cut in numpy: one sort in SQL, then vectorised comparisons, because a
-# 600,000-attempt storm is one window partition that SQL would walk on one core, three times.
+# The attempts of every (actor, session, action) that failed at least `min_count` times.
+# Runs are cut in numpy: one scan in SQL (joined on a hash of the triple, then checked), one
+# sort and vectorised comparisons, because a 600,000-attempt storm is one window partition
+# that SQL would walk on one core, three times.
 ATTEMPTS = """
 WITH groups AS (
-  SELECT actor, session, action, row_number() OVER (ORDER BY actor, session, action) AS g
+  SELECT actor, session, action, hash(actor, session, action) AS h,
+         row_number() OVER (ORDER BY actor, session, action) AS g
   FROM events
   WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
   GROUP BY actor, session, action HAVING count(*) >= $min_count
 )
-SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id >> 32 AS input
+SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id
 FROM events e
-JOIN groups g ON e.actor IS NOT DISTINCT FROM g.actor AND e.session IS NOT DISTINCT FROM g.session
-             AND e.action IS NOT DISTINCT FROM g.action
+JOIN groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT DISTINCT FROM g.actor
+             AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
 WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
-ORDER BY g.g, e.ts, e.file, e.line
 """
 GROUPS = """
 SELECT actor, session, action, row_number() OVER (ORDER BY actor, session, action) AS g
@@ -58,7 +59,7 @@ WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
 """
 
-CLAIM = claim_with_request_lines(
+CLAIM = claim_units(
     "e.error = $error AND e.actor IS NOT DISTINCT FROM $actor "
     "AND e.session IS NOT DISTINCT FROM $session AND e.action IS NOT DISTINCT FROM $action "
     "AND list_contains($kinds, e.kind)")
@@ -75,8 +76,13 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
     if table.num_rows == 0:
         return []
     groups = {g: (a, s, act) for a, s, act, g in con.execute(GROUPS, args).fetchall()}
-    g = table["g"].to_numpy()
+    # in time order within each group; equal times in log order (input, then line)
+    event_id = table["event_id"].to_numpy()
     t = table["t"].to_numpy()
+    g = table["g"].to_numpy()
+    order = np.lexsort((event_id, t, g))
+    table = table.take(order)
+    g, t, event_id = g[order], t[order], event_id[order]
     err_codes = table["error"].dictionary_encode().combine_chunks()
     err = err_codes.indices.to_numpy(zero_copy_only=False)
     err = np.where(table["error"].is_null().to_numpy(zero_copy_only=False), -1, err)
@@ -95,7 +101,7 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
         gaps = gap[lo + 1:hi].astype(float)
         q = max(len(gaps) // 4, 1)
         actor, session, action = groups[int(g[lo])]
-        first_input = int(table["input"][int(lo)].as_py())
+        first_input = int(event_id[lo]) >> 32
         out.append({
             "actor": actor, "session": session, "action": action, "input": first_input,
             "error": err_codes.dictionary[int(err[lo])].as_py(), "n": hi - lo,
@@ -208,4 +214,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=10,
+    reads=ATTEMPT_KINDS,
 )

@@ -382,4 +382,5 @@ DETECTOR = Detector(
     params=Params,
     run=run,
     rank=20,
+    reads=("trigger", "session_start", "session_end"),
 )

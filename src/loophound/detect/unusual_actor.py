@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, claim_with_request_lines, param
+from .base import Detector, Finding, claim_units, param
 from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -84,7 +84,7 @@ SCOPE_COND = {"actor": "e.actor = $key", "session": "e.actor IS NULL AND e.sessi
 
 
 def _claim_sql(scope: str) -> str:
-    return claim_with_request_lines(
+    return claim_units(
         f"list_contains($kinds, e.kind) AND e.format = $format AND {SCOPE_COND[scope]}")
 
 
@@ -236,6 +236,13 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
             col[np.isnan(col)] = fill
     X[:, 0] = np.log10(X[:, 0] + 1e-3)  # rates span orders of magnitude
     X[:, 6] = np.log10(X[:, 6] + 1.0)
+    z, med, _ = robust_z(X)
+    # a window is flagged only if it is also loop-like; when none is, no score can change
+    # that, and the forest (and the seconds scikit-learn takes to import) is not needed: a
+    # log that is one long storm has the storm as its median window
+    candidates = [i for i in range(len(wins)) if _loop_like(X[i], z[i], med, p.min_z)]
+    if not candidates:
+        return []
 
     from sklearn.ensemble import IsolationForest  # heavy import: only when there is work
 
@@ -243,10 +250,8 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
                              contamination="auto", n_jobs=1)
     forest.fit(X)
     scores = -forest.score_samples(X)
-    z, med, _ = robust_z(X)
     cutoff = np.quantile(scores, 1 - p.max_share)
-    flagged = [i for i in range(len(wins)) if scores[i] >= p.score_threshold
-               and scores[i] >= cutoff and _loop_like(X[i], z[i], med, p.min_z)]
+    flagged = [i for i in candidates if scores[i] >= p.score_threshold and scores[i] >= cutoff]
 
     # the actor's own median window rate, for the rate_spike signal
     rates: dict[tuple, list[float]] = {}
@@ -394,4 +399,5 @@ DETECTOR = Detector(
     run=run,
     rank=90,
     max_severity="medium",
+    reads=UNIT_KINDS,
 )
