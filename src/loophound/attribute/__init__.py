@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from ..db import sql_literal
 from ..detect import DETECTORS, Finding
 from ..detect.base import severity_rank
 from .costs import CostModel, define_cost_view, load_cost_model
@@ -57,10 +56,14 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     the report. Each claimed event is joined to its size and price once (`claimed`); every
     figure after that is an aggregate over that table, so a 1.2 M-event storm is one pass."""
     define_cost_view(con, costs or load_cost_model())
-    con.execute("CREATE OR REPLACE TEMP TABLE claims (finding_id VARCHAR, event_id BIGINT, "
-                "rank INTEGER, sev INTEGER, fidx INTEGER, prio BIGINT)")
+    # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
+    con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
     con.execute("CREATE OR REPLACE TEMP TABLE finding_units (fidx INTEGER, kind VARCHAR)")
-    con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR, "
+                "rank INTEGER, sev INTEGER, prio INTEGER)")
+    con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
+        SELECT x.finding_id, c.event_id, x.rank, x.sev, c.fidx, x.prio
+        FROM _claims c JOIN _findx x USING (fidx)""")
     # who explains an event best, as one integer: detector rank, then severity, then order
     order = sorted(range(len(findings)), key=lambda i: (
         DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
@@ -68,32 +71,40 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     for pos, i in enumerate(order):
         f = findings[i]
         rank = DETECTORS[f.detector].rank if f.detector in DETECTORS else 99
-        con.execute(
-            f"INSERT INTO claims SELECT DISTINCT {sql_literal(f.id)}, event_id, {rank}, "
-            f"{severity_rank(f.severity)}, {i}, {pos} FROM ({f.claim_sql})",
-            f.claim_params or None,
-        ).fetchall()
+        con.execute(f"INSERT INTO _claims SELECT DISTINCT {i}, event_id FROM ({f.claim_sql})",
+                    f.claim_params or None).fetchall()
         con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
-        con.execute("INSERT INTO _findx VALUES (?, ?)", [i, f.id]).fetchall()
-    con.execute("""CREATE OR REPLACE TEMP TABLE owner AS
-        SELECT o.event_id, c.fidx, x.finding_id
-        FROM (SELECT event_id, min(prio) AS prio FROM claims GROUP BY event_id) o
-        JOIN (SELECT DISTINCT fidx, prio FROM claims) c USING (prio)
-        JOIN _findx x USING (fidx)""")
-    con.execute("""CREATE OR REPLACE TEMP TABLE claimed AS
-        SELECT c.fidx, c.event_id, o.fidx = c.fidx AS owned, e.byte_length, e.ts,
-               -- a unit is counted once: a second stored copy only when its first is not here
-               u.kind IS NOT NULL AND (cp.canon IS NULL OR c2.event_id IS NULL) AS is_unit,
-               u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL) AS is_owned_unit,
-               ec.tokens, ec.cost_usd, ec.cost_status
-        FROM claims c
+        con.execute("INSERT INTO _findx VALUES (?, ?, ?, ?, ?)",
+                    [i, f.id, rank, severity_rank(f.severity), pos]).fetchall()
+    _claim_answer_lines(con)
+    # one row per claimed event: its owner, size, time and price; `owner` is its first half
+    con.execute("""CREATE OR REPLACE TEMP TABLE _claimed_events AS
+        SELECT o.event_id, o.fidx, e.byte_length, e.ts, e.kind, ec.tokens, ec.cost_usd,
+               ec.cost_status
+        FROM (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
+              FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
         JOIN events e USING (event_id)
-        JOIN owner o USING (event_id)
-        LEFT JOIN _copies cp USING (event_id)
-        LEFT JOIN claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
-        LEFT JOIN owner o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon
-        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind
         LEFT JOIN event_costs ec USING (event_id)""")
+    con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
+        SELECT o.event_id, o.fidx, x.finding_id FROM _claimed_events o JOIN _findx x USING (fidx)""")
+    copies = con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
+    # a unit is counted once: a second stored copy only when its first is not claimed (owned)
+    # by the same finding; the joins that decide it are needed only when there are copies
+    unit, owned_unit, copy_joins = ("u.kind IS NOT NULL",) * 2 + ("",)
+    if copies:
+        unit = "u.kind IS NOT NULL AND (cp.canon IS NULL OR c2.event_id IS NULL)"
+        owned_unit = "u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL)"
+        copy_joins = """LEFT JOIN _copies cp USING (event_id)
+        LEFT JOIN _claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
+        LEFT JOIN _claimed_events o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon"""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE claimed AS
+        SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.byte_length, e.ts,
+               {unit} AS is_unit, {owned_unit} AS is_owned_unit,
+               e.tokens, e.cost_usd, e.cost_status
+        FROM _claims c
+        JOIN _claimed_events e USING (event_id)
+        {copy_joins}
+        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind""")
     stats = {r[0]: r[1:] for r in con.execute("""
         SELECT fidx,
           count(*) FILTER (WHERE is_unit), count(*), sum(byte_length),
@@ -117,6 +128,21 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
             int(unpriced), evidence.get(i, []), x_units, x_lines, int(x_bytes), _num(x_cost),
         ))
     return out, totals(con)
+
+
+def _claim_answer_lines(con: duckdb.DuckDBPyConnection) -> None:
+    """The response and lifecycle lines of every claimed request join its claims: one join
+    for all findings, by (file, request id), as ingest joined them."""
+    con.execute("""
+        INSERT INTO _claims
+        SELECT DISTINCT c.fidx, a.event_id
+        FROM _claims c
+        JOIN (SELECT q.event_id AS request, o.event_id
+              FROM (SELECT event_id, file, corr_id FROM events
+                    WHERE kind = 'request' AND corr_id IS NOT NULL
+                      AND event_id IN (SELECT event_id FROM _claims)) q
+              JOIN events o ON o.file = q.file AND o.corr_id = q.corr_id
+              WHERE o.kind IN ('response', 'lifecycle')) a ON a.request = c.event_id""").fetchall()
 
 
 def _num(v) -> float | None:
