@@ -18,7 +18,8 @@ findings) scores every window against all the others. A window is unusual when i
 least `score_threshold`, it is among the top `max_share` of windows, and at least one feature
 deviates in a loop-like direction (more events, errors, repeats or tokens, more regular gaps,
 an unusual number of targets) by `min_z` robust z-scores from the median window. Adjacent
-unusual windows of one actor are merged into one finding that lists those z-scores.
+unusual windows of one actor are merged into one finding that lists those z-scores. When no
+window is loop-like nothing can be flagged, so the forest is not fitted at all.
 
 Scoring needs `min_windows` windows from `min_actors` actors: a small log has no "rest of the
 log" to compare with, and gives nothing. An outlier is a lead, not a verdict, so severity is
