@@ -211,6 +211,49 @@ def test_unusual_actor_needs_enough_windows(tmp_path):
     assert DETECTORS["unusual_actor"].run(con, settings()["unusual_actor"]) == []
 
 
+def test_unusual_actor_fits_no_forest_when_no_window_is_loop_like(tmp_path, monkeypatch):
+    sklearn_ensemble = pytest.importorskip("sklearn.ensemble")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("no window is loop-like: the forest could not flag any")
+
+    monkeypatch.setattr(sklearn_ensemble, "IsolationForest", refuse)
+    log = BproxyLog(seed=11)
+    for owner, session in (("a1b2c3d4", "qqqqq2"), ("e5f6a7b8", "rrrrr3"), ("c9d0e1f2", "sssss4")):
+        log.browse(owner, session, T0, T0 + 3 * 3600_000, (20, 40))  # steady, human-paced
+    store = Store(tmp_path / "store")
+    ingest([str(log.write(tmp_path / "logs"))], store)
+    con = store.connect()
+    p = settings()["unusual_actor"]
+    from loophound.detect.unusual_actor import windows
+
+    wins, _ = windows(con, p)
+    assert len(wins) >= p.min_windows  # enough to score: the forest is skipped for another reason
+    assert DETECTORS["unusual_actor"].run(con, p) == []
+
+
+def test_detectors_whose_kinds_are_absent_are_not_run(bproxy, monkeypatch):
+    import dataclasses
+
+    from loophound import detect
+
+    ran = []
+
+    def record(name):
+        def run(con, p):
+            ran.append(name)
+            return []
+        return run
+
+    for name in DETECTORS:
+        monkeypatch.setitem(detect.DETECTORS, name,
+                            dataclasses.replace(DETECTORS[name], run=record(name)))
+    _, _, store_path = bproxy
+    detect.run_detectors(Store(store_path).connect(), settings())
+    # a bproxy log has requests, not messages, hooks or LabTrust repair attempts
+    assert ran == ["repeated_error", "rate_spike", "unusual_actor"]
+
+
 # --- repair_loop -------------------------------------------------------------------------------
 
 
