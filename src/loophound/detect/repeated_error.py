@@ -34,29 +34,23 @@ class Params:
     backoff_ratio: float = param(3.0, "late gaps this many times the early ones mean back-off")
 
 
-# The attempts of every (actor, session, action) that failed at least `min_count` times.
-# Runs are cut in numpy: one scan in SQL (joined on a hash of the triple, then checked), one
-# sort and vectorised comparisons, because a 600,000-attempt storm is one window partition
-# that SQL would walk on one core, three times.
-ATTEMPTS = """
-WITH groups AS (
-  SELECT actor, session, action, hash(actor, session, action) AS h,
-         row_number() OVER (ORDER BY actor, session, action) AS g
-  FROM events
-  WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
-  GROUP BY actor, session, action HAVING count(*) >= $min_count
-)
-SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id
-FROM events e
-JOIN groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT DISTINCT FROM g.actor
-             AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
-WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
-"""
+# Every (actor, session, action) that failed at least `min_count` times, numbered; then their
+# attempts. Runs are cut in numpy: one scan in SQL (joined on a hash of the triple, then
+# checked), one sort and vectorised comparisons, because a 600,000-attempt storm is one window
+# partition that SQL would walk on one core, three times.
 GROUPS = """
-SELECT actor, session, action, row_number() OVER (ORDER BY actor, session, action) AS g
+SELECT actor, session, action, hash(actor, session, action) AS h,
+       row_number() OVER (ORDER BY actor, session, action) AS g
 FROM events
 WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
+"""
+ATTEMPTS = """
+SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id
+FROM events e
+JOIN _re_groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT DISTINCT FROM g.actor
+             AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
+WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
 """
 
 CLAIM = claim_units(
@@ -71,11 +65,18 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
 
 def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
     """Every run of at least `min_count` identical consecutive errors, with its gap figures."""
-    args = {"kinds": list(ATTEMPT_KINDS), "min_count": p.min_count}
-    table = con.sql(ATTEMPTS, params=args).to_arrow_table()
+    kinds = list(ATTEMPT_KINDS)
+    found = con.sql(GROUPS, params={"kinds": kinds, "min_count": p.min_count}).to_arrow_table()
+    if found.num_rows == 0:
+        return []
+    groups = {r["g"]: (r["actor"], r["session"], r["action"]) for r in found.to_pylist()}
+    con.register("_re_groups", found)
+    try:
+        table = con.sql(ATTEMPTS, params={"kinds": kinds}).to_arrow_table()
+    finally:
+        con.unregister("_re_groups")
     if table.num_rows == 0:
         return []
-    groups = {g: (a, s, act) for a, s, act, g in con.execute(GROUPS, args).fetchall()}
     # in time order within each group; equal times in log order (input, then line)
     event_id = table["event_id"].to_numpy()
     t = table["t"].to_numpy()
