@@ -52,30 +52,28 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
               costs: CostModel | None = None) -> tuple[list[Attributed], Totals]:
-    """Claim, price and measure. Leaves tables `claims`, `owner` and `claimed` in `con` for
-    the report. Each claimed event is joined to its size and price once (`claimed`); every
-    figure after that is an aggregate over that table, so a 1.2 M-event storm is one pass."""
+    """Claim, price and measure. Leaves the views `claims` and `owner` and the table
+    `claimed` in `con` for the report. Each claimed event is joined to its size and price
+    once (`claimed`); every figure after that is an aggregate over that table, so a 1.2
+    M-event storm is one pass."""
     define_cost_view(con, costs or load_cost_model())
     # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
     con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
     con.execute("CREATE OR REPLACE TEMP TABLE finding_units (fidx INTEGER, kind VARCHAR)")
+    # prio: who explains an event best, as one integer (detector rank, severity, then id)
     con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR, "
-                "rank INTEGER, sev INTEGER, prio INTEGER)")
+                "prio INTEGER)")
     con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
-        SELECT x.finding_id, c.event_id, x.rank, x.sev, c.fidx, x.prio
-        FROM _claims c JOIN _findx x USING (fidx)""")
-    # who explains an event best, as one integer: detector rank, then severity, then order
+        SELECT x.finding_id, c.event_id, c.fidx FROM _claims c JOIN _findx x USING (fidx)""")
     order = sorted(range(len(findings)), key=lambda i: (
         DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
         -severity_rank(findings[i].severity), findings[i].id))
-    for pos, i in enumerate(order):
+    for prio, i in enumerate(order):
         f = findings[i]
-        rank = DETECTORS[f.detector].rank if f.detector in DETECTORS else 99
         con.execute(f"INSERT INTO _claims SELECT DISTINCT {i}, event_id FROM ({f.claim_sql})",
                     f.claim_params or None).fetchall()
         con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
-        con.execute("INSERT INTO _findx VALUES (?, ?, ?, ?, ?)",
-                    [i, f.id, rank, severity_rank(f.severity), pos]).fetchall()
+        con.execute("INSERT INTO _findx VALUES (?, ?, ?)", [i, f.id, prio]).fetchall()
     _claim_answer_lines(con)
     # one row per claimed event: its owner, size, time and price; `owner` is its first half
     con.execute("""CREATE OR REPLACE TEMP TABLE _claimed_events AS
