@@ -35,6 +35,7 @@ from .lines import (
     complete_partial,
     compression_of,
     open_binary,
+    read_head,
     read_lines,
 )
 from .schema import COLUMNS, QUARANTINE_COLUMNS
@@ -42,6 +43,7 @@ from .store import Store, create_batch_table
 
 HEAD_LEN = 4096
 TAIL_LEN = 4096
+SNIFF_BYTES = 65536  # the head of a file that formats are recognised by
 LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json"}
 
 
@@ -189,17 +191,6 @@ def _read_known(con: duckdb.DuckDBPyConnection) -> list[Known]:
 
 
 
-def _read_head(path: Path, n: int = 65536) -> bytes:
-    with open_binary(path) as s:
-        out = b""
-        while len(out) < n:
-            chunk = s.read(n - len(out))
-            if not chunk:
-                break
-            out += chunk
-        return out
-
-
 def _match(head: bytes, path: Path, known: list[Known]) -> Known | None:
     """The stored input this file continues: same first bytes, same path preferred."""
     resolved = str(path.resolve())
@@ -258,7 +249,7 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
                  options: IngestOptions, progress) -> FileReport:
     rep = FileReport(shown)
     try:
-        head = _read_head(path)
+        head = read_head(path, SNIFF_BYTES)
     except (OSError, EOFError, ValueError) as exc:
         rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
         return rep

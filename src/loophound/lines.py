@@ -78,6 +78,19 @@ def open_binary(path: Path) -> io.RawIOBase | io.BufferedIOBase:
     return open(path, "rb", buffering=0)
 
 
+def read_head(path: Path, n: int) -> bytes:
+    """The first `n` bytes of a log, decompressed (fewer when it is shorter): what format
+    sniffing and automatic mapping look at."""
+    with open_binary(path) as stream:
+        out = b""
+        while len(out) < n:
+            chunk = stream.read(n - len(out))
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
 def _utf8_bad_lines(data: bytes, buf: np.ndarray, ends: np.ndarray) -> set[int]:
     """Indexes of lines that are not valid UTF-8. Fast paths: pure ASCII, or the chunk decodes."""
     bad: set[int] = set()

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, claim_units, param
+from .base import Detector, Finding, claim_units, human_duration, param
 from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -325,7 +325,7 @@ def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own
                         f"z {zs[f]:+.1f})" for f in unusual)
     width_s = width_of[fmt] / 1000
     title = (f"{who} behaved unlike the rest of the log for {len(ws)} window(s) of "
-             f"{_human(width_s)}: {', '.join(f.replace('_', ' ') for f in unusual[:2])}")
+             f"{human_duration(width_s)}: {', '.join(f.replace('_', ' ') for f in unusual[:2])}")
     summary = (
         f"IsolationForest scored {who}'s busiest-scoring window ({top['start']:%Y-%m-%d %H:%M:%S}, "
         f"{top['n']:,} events) {scores[best]:.2f} against {len(wins):,} windows of the log "
@@ -382,14 +382,6 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:,.3g}"
     return f"{v:,}"
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 DETECTOR = Detector(

@@ -164,17 +164,11 @@ def _check_constant(column: str, value: Any) -> Any:
 
 def head_records(path: Path) -> list[dict]:
     """The first records of the file (decompressed): what the automatic mapping looks at."""
-    from ..lines import open_binary
+    from ..lines import read_head
     from . import sample_records
 
     try:
-        with open_binary(path) as stream:
-            head = b""
-            while len(head) < HEAD_BYTES:
-                chunk = stream.read(HEAD_BYTES - len(head))
-                if not chunk:
-                    break
-                head += chunk
+        head = read_head(path, HEAD_BYTES)
     except (OSError, EOFError, ValueError):
         return []
     if len(head) == HEAD_BYTES and b"\n" in head:
