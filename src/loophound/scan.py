@@ -105,6 +105,7 @@ def _window(con: duckdb.DuckDBPyConnection, store: Store, since: dt.datetime) ->
     con.execute(f"CREATE OR REPLACE TEMP TABLE _events_window AS SELECT * FROM events_all "
                 f"WHERE ts >= TIMESTAMP '{literal}'")
     con.execute("CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM _events_window")
+    con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
 
 
 def _same_loop(f: dict) -> tuple:

@@ -258,6 +258,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     files = store.committed_files()
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS "
                 f"{parquet_select(files['events'], COLUMNS)}")
+    con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
     _copy_catalog(con, store)
     con.execute(
         "CREATE OR REPLACE TEMP VIEW quarantine AS "
@@ -297,7 +298,11 @@ def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
     """`_copies(event_id, canon)`: every stored copy of a message after the first (sven keeps
     one per node, with the same message id), and the event it copies. Rates, units and costs
     count a message once; findings still claim both copies, whose lines are the loop's.
-    Returns how many copies there are."""
+    Returns how many copies there are. Built once per connection (rate_spike, unusual_actor
+    and the cost view all need it); whoever redefines `events` drops it."""
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_copies' "
+                   "AND temporary").fetchall()[0][0]:
+        return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
     # a log without messages needs no window over them (the kind filter alone skips the
     # Parquet pages; a condition on corr_id would read them)
     if not con.execute("SELECT count(*) FROM events WHERE kind IN ('message', 'room_post')"

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 
 from ..attribute import UNIT_KINDS_ALL
+from ..store import define_message_copies
 from . import fmt
 from .evidence import Evidence, quote
 
@@ -285,8 +286,7 @@ def _facts(con: duckdb.DuckDBPyConnection) -> None:
     """One narrow row per event with its owner and cost: every aggregate below reads this.
     `unit`: the event is a unit of work (a request, message, step, ...), counted once: the
     second stored copy of a message both parties recorded (`_copies`) is not one."""
-    has_copies = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_copies'"
-                             ).fetchone()[0]
+    has_copies = define_message_copies(con) > 0
     copies = "LEFT JOIN _copies cp USING (event_id)" if has_copies else ""
     not_copy = "AND cp.event_id IS NULL" if has_copies else ""
     con.execute(f"""
