@@ -212,7 +212,7 @@ def test_unusual_actor_needs_enough_windows(tmp_path):
 
 
 def test_unusual_actor_fits_no_forest_when_no_window_is_loop_like(tmp_path, monkeypatch):
-    sklearn_ensemble = pytest.importorskip("sklearn.ensemble")
+    import sklearn.ensemble as sklearn_ensemble
 
     def refuse(*args, **kwargs):
         raise AssertionError("no window is loop-like: the forest could not flag any")
