@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from loophound import db
 from loophound.cli import app
 from loophound.store import Store
 from loophound.synth import write_bproxy_log
@@ -158,6 +159,20 @@ def test_a_second_scan_at_once_waits_or_says_why(storm_log, reference, tmp_path)
     assert busy.returncode == 2 and "another loophound process is writing" in busy.stderr
     assert "Traceback" not in busy.stderr
     assert events_of(store) == reference
+
+
+def test_the_catalog_is_locked_only_while_in_use(tmp_path):
+    """A scan attaches the catalog for each use and detaches it after, so another process
+    (an analyst's `loophound sql`) can open it between uses."""
+    path = str(tmp_path / "catalog.duckdb")
+    probe = [sys.executable, "-c", "import duckdb, sys; "
+             "duckdb.connect(sys.argv[1], read_only=True).execute('SELECT 1').fetchall()", path]
+    with db.open_file(path) as con:
+        con.execute("CREATE TABLE t (a INTEGER)")
+        with db.open_file(path, read_only=True) as inner:  # a nested use shares the attachment
+            assert inner.execute("SELECT count(*) FROM t").fetchall() == [(0,)]
+        assert subprocess.run(probe, capture_output=True).returncode != 0
+    assert subprocess.run(probe, capture_output=True).returncode == 0
 
 
 def test_watch_runs_scans_on_a_schedule_and_stops_on_sigterm(tmp_path):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import duckdb
 
 
@@ -24,3 +29,63 @@ def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckD
     if database == ":memory:":
         con.execute("SET TimeZone = 'UTC'")
     return con
+
+
+class _Host:
+    """One in-memory DuckDB that database files are attached to for the moment they are used.
+
+    Why: in DuckDB 2.0 `duckdb.connect(file)` costs about 30 ms, `ATTACH` about 2 ms, and a scan
+    looks at the store's catalog a dozen times. Detaching releases the file's lock, so other
+    processes see the catalog free between uses exactly as with a connection per use."""
+
+    def __init__(self) -> None:
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.lock = threading.Lock()
+        self.attached: dict[str, list] = {}  # path -> [alias, users, read_only]
+        self.names = itertools.count(1)
+
+    def acquire(self, path: str, read_only: bool) -> str:
+        with self.lock:
+            if self.con is None:
+                self.con = connect()
+            entry = self.attached.get(path)
+            if entry is not None:
+                if entry[2] and not read_only:
+                    raise RuntimeError(f"{path} is open read-only in this process; "
+                                       "it cannot be written while that lasts")
+                entry[1] += 1
+                return entry[0]
+            alias = f"file_{next(self.names)}"
+            mode = "READ_ONLY" if read_only else "READ_WRITE"
+            self.con.execute(f"ATTACH {sql_literal(path)} AS {alias} ({mode})")
+            self.attached[path] = [alias, 1, read_only]
+            return alias
+
+    def release(self, path: str) -> None:
+        with self.lock:
+            entry = self.attached[path]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.attached[path]
+                self.con.execute(f"DETACH {entry[0]}")
+
+
+_HOST = _Host()
+
+
+@contextmanager
+def open_file(path: str, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection whose default database is the DuckDB file at `path`. Nested uses of one
+    file share its attachment; the file is detached (and unlocked) when the last one ends.
+    Raises duckdb.IOException when another process holds the file."""
+    alias = _HOST.acquire(path, read_only)
+    try:
+        cur = _HOST.con.cursor()
+        try:
+            cur.execute("SET enable_progress_bar = false")
+            cur.execute(f"USE {alias}")
+            yield cur
+        finally:
+            cur.close()
+    finally:
+        _HOST.release(path)

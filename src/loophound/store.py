@@ -9,6 +9,7 @@ the catalog is locked for writing only for the instant of a commit.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -146,16 +147,16 @@ class Store:
         deadline = time.monotonic() + 30
         while True:
             try:
-                con = db.connect(str(self.catalog), read_only=read_only)
+                opened = db.open_file(str(self.catalog.resolve()), read_only=read_only)
+                con = opened.__enter__()
                 break
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise StoreBusy(f"cannot open {self.catalog}: {exc}") from exc
                 time.sleep(0.05)
-        try:
+        with contextlib.ExitStack() as stack:
+            stack.push(opened)
             yield con
-        finally:
-            con.close()
 
     def _remove_orphans(self) -> None:
         """Parquet files a killed run wrote but never committed are invisible: delete them."""
