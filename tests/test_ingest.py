@@ -64,6 +64,35 @@ def test_responses_carry_their_requests_action_session_and_owner(tmp_path):
     assert req == [(2, len(pair(1)))]
 
 
+def test_answer_lines_name_their_request_even_when_it_came_in_an_earlier_run(tmp_path):
+    log = tmp_path / "d.log"
+    log.write_text(pino(1) + pino(2))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    with log.open("a") as fh:  # the answers arrive after the first run stored the requests
+        fh.write(pino(1, "response") + pino(1, "error_delay", delay_ms=800) + pair(3))
+    ingest([str(log)], store)
+    rows = q(store, "SELECT line, kind, answers, event_id FROM events ORDER BY line")
+    ids = {line: event_id for line, _, _, event_id in rows}
+    assert [(line, kind, answers) for line, kind, answers, _ in rows] == [
+        (1, "request", None), (2, "request", None), (3, "response", ids[1]),
+        (4, "lifecycle", ids[1]), (5, "request", None), (6, "response", ids[5])]
+    assert q(store, "SELECT line, lines, error FROM requests ORDER BY line") == [
+        (1, 3, "SESSION_NOT_FOUND"), (2, 1, None), (5, 2, "SESSION_NOT_FOUND")]
+
+
+def test_a_store_written_before_a_column_existed_reads_it_as_null(tmp_path):
+    import pyarrow.parquet as pq
+
+    log = tmp_path / "d.log"
+    log.write_text(pair(1))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    for f in (tmp_path / "st" / "events").glob("*.parquet"):
+        pq.write_table(pq.read_table(f).drop_columns(["answers"]), f)
+    assert q(store, "SELECT line, answers FROM events ORDER BY line") == [(1, None), (2, None)]
+
+
 def test_trimmed_form_without_ids_joins_each_response_to_the_request_before_it(tmp_path):
     log = tmp_path / "trimmed.log"
     log.write_text(

@@ -42,6 +42,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("corr_id", "VARCHAR", "correlation id tying lines of one exchange together "
            "(bproxy request id; `L<line>` for id-less trimmed logs)"),
     Column("parent_id", "VARCHAR", "causal parent (hook parent completion, proposal id)"),
+    Column("answers", "BIGINT", "`event_id` of the request this line answers (bproxy "
+           "responses and lifecycle lines): set at ingest, so joins need no string key"),
     Column("tokens_in", "BIGINT", "LLM input tokens"),
     Column("tokens_out", "BIGINT", "LLM output tokens"),
     Column("cost_usd", "DOUBLE", "cost stated by the log itself (never estimated at ingest)"),

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 
 from . import db
 from .schema import COLUMNS, QUARANTINE_COLUMNS, create_table_sql
@@ -191,8 +192,11 @@ class Store:
                 found = sorted((self.root / "findings").glob(pattern))
                 return [str(found[-1].resolve())] if found else []
 
-            return {k: sorted(str(p.resolve()) for p in (self.root / k).glob("*.parquet"))
-                    for k in ("events", "quarantine")} | {
+            def committed(kind: str) -> list[str]:  # commit order: by batch id
+                return [str(p.resolve()) for p in sorted(
+                    (self.root / kind).glob("*.parquet"), key=lambda p: (p.stem[-7:], p.name))]
+
+            return {k: committed(k) for k in ("events", "quarantine")} | {
                 "findings": latest("findings-*.parquet"),
                 "finding_events": latest("finding-events-*.parquet")}
         if not self.catalog.exists():
@@ -216,8 +220,14 @@ class Store:
 
 
 def parquet_select(files: list[str], columns) -> str:
+    """All of `files` as one relation with every one of `columns`. Files are in commit order,
+    and the newest has every column this version writes; columns it lacks (a store written
+    by an earlier version) read as NULL."""
     if files:
-        return f"SELECT * FROM read_parquet({db.sql_list(files)}, union_by_name = true)"
+        have = set(pq.read_schema(files[-1]).names)
+        missing = "".join(f', CAST(NULL AS {c.sql_type}) AS "{c.name}"'
+                          for c in columns if c.name not in have)
+        return f"SELECT *{missing} FROM read_parquet({db.sql_list(files)}, union_by_name = true)"
     cols = ", ".join(f'CAST(NULL AS {c.sql_type}) AS "{c.name}"' for c in columns)
     return f"SELECT {cols} WHERE false"
 
@@ -233,16 +243,15 @@ DERIVED_VIEWS = {
              q.byte_length + coalesce(o.bytes, 0) AS bytes,
              1 + coalesce(o.lines, 0) AS lines
       FROM events q
-      LEFT JOIN (SELECT file, corr_id, any_value(ts) AS ts, any_value(line) AS line,
+      LEFT JOIN (SELECT answers, any_value(ts) AS ts, any_value(line) AS line,
                         any_value(ok) AS ok, any_value(error) AS error,
                         any_value(latency_ms) AS latency_ms
-                 FROM events WHERE kind = 'response' AND corr_id IS NOT NULL
-                 GROUP BY file, corr_id) r
-        ON r.file = q.file AND r.corr_id = q.corr_id
-      LEFT JOIN (SELECT file, corr_id, sum(byte_length) AS bytes, count(*) AS lines
-                 FROM events WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL
-                 GROUP BY file, corr_id) o
-        ON o.file = q.file AND o.corr_id = q.corr_id
+                 FROM events WHERE kind = 'response' AND answers IS NOT NULL
+                 GROUP BY answers) r
+        ON r.answers = q.event_id
+      LEFT JOIN (SELECT answers, sum(byte_length) AS bytes, count(*) AS lines
+                 FROM events WHERE answers IS NOT NULL GROUP BY answers) o
+        ON o.answers = q.event_id
       WHERE q.kind = 'request'""",
     "messages": "SELECT * FROM events WHERE kind IN ('message', 'room_post')",
     "triggers": "SELECT * FROM events WHERE kind IN ('trigger', 'session_start', 'session_end')",

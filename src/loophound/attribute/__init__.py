@@ -130,17 +130,12 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
 
 def _claim_answer_lines(con: duckdb.DuckDBPyConnection) -> None:
     """The response and lifecycle lines of every claimed request join its claims: one join
-    for all findings, by (file, request id), as ingest joined them."""
+    for all findings, on the request's event id that ingest recorded in `answers`."""
     con.execute("""
         INSERT INTO _claims
-        SELECT DISTINCT c.fidx, a.event_id
-        FROM _claims c
-        JOIN (SELECT q.event_id AS request, o.event_id
-              FROM (SELECT event_id, file, corr_id FROM events
-                    WHERE kind = 'request' AND corr_id IS NOT NULL
-                      AND event_id IN (SELECT event_id FROM _claims)) q
-              JOIN events o ON o.file = q.file AND o.corr_id = q.corr_id
-              WHERE o.kind IN ('response', 'lifecycle')) a ON a.request = c.event_id""").fetchall()
+        SELECT c.fidx, a.event_id
+        FROM (SELECT event_id, answers FROM events WHERE answers IS NOT NULL) a
+        JOIN _claims c ON c.event_id = a.answers""").fetchall()
 
 
 def _num(v) -> float | None:

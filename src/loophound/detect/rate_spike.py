@@ -402,13 +402,13 @@ def _own_delays(con: duckdb.DuckDBPyConnection, sp: _Spike, times: np.ndarray,
     each event: the caller could not send its next request before that answer."""
     sql = f"""
       SELECT e.event_id, d.delay FROM events e
-      JOIN (SELECT file, corr_id,
+      JOIN (SELECT answers,
                    sum(TRY_CAST(json_extract_string(extra, '$.delay_ms') AS DOUBLE)) AS delay
             FROM events e
             WHERE kind = 'lifecycle' AND event_type IN ('pacing_wait', 'error_delay')
               AND format = $format AND ts >= $lo AND ts < $hi + INTERVAL 1 MINUTE
               AND {SCOPE_COND[sp.scope]}
-            GROUP BY file, corr_id) d ON d.file = e.file AND d.corr_id = e.corr_id
+            GROUP BY answers) d ON d.answers = e.event_id
       WHERE e.kind = 'request' AND e.format = $format AND e.ts >= $lo AND e.ts <= $hi
         AND {SCOPE_COND[sp.scope]}"""
     params = _params(sp.scope, sp.fmt, sp.key, lo=_ts(times[0]), hi=_ts(times[-1]))

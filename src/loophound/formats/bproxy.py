@@ -53,8 +53,9 @@ def select_sql(ctx: FormatContext) -> str:
 
 
 def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
-    """Give every line of a request the request's action, session and actor, and the request
-    line its outcome, so `WHERE error = ...` finds requests without a join."""
+    """Give every line of a request the request's action, session and actor (and `answers`,
+    its event id), and the request line its outcome, so `WHERE error = ...` finds requests
+    without a join."""
     _correlate_idless(con, ctx)
     # requests answered in this batch but received before it (an earlier chunk or run): few,
     # so only their ids are looked up in what is stored
@@ -64,12 +65,13 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
         EXCEPT SELECT corr_id FROM batch WHERE kind = 'request'""")
     earlier = ""
     if con.execute("SELECT count(*) FROM _orphans").fetchall()[0][0]:
-        earlier = """UNION ALL SELECT s.corr_id, s.action, s.session, s.actor
+        earlier = """UNION ALL SELECT s.event_id, s.corr_id, s.action, s.session, s.actor
             FROM stored_events s SEMI JOIN _orphans o ON s.corr_id = o.corr_id
             WHERE s.kind = 'request'"""
     con.execute(f"""
-      UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor)
-      FROM (SELECT corr_id, action, session, actor FROM batch WHERE kind = 'request'
+      UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor),
+                       answers = q.event_id
+      FROM (SELECT event_id, corr_id, action, session, actor FROM batch WHERE kind = 'request'
             {earlier}) q
       WHERE batch.corr_id = q.corr_id AND batch.kind IN ('response', 'lifecycle');
       UPDATE batch SET ok = q.ok, error = q.error, latency_ms = q.latency_ms
