@@ -62,22 +62,23 @@ def _load_mapping(path: Path | None) -> dict | None:
 def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | None,
                max_line_bytes: int, wait: bool = True, quiet: bool = False) -> IngestReport:
     """Ingest with a progress bar on a terminal; errors become messages, not tracebacks."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
     options = IngestOptions(format=fmt, mapping=_load_mapping(mapping),
                             max_line_bytes=max_line_bytes, wait=wait)
-    show = err.is_terminal and not quiet
+
+    def on_wait() -> None:
+        err.print(f"waiting: another loophound process is writing to {store} ...")
+
     try:
+        if quiet or not err.is_terminal:  # cron: no bar, and no 0.05 s importing one
+            return ingest(paths, Store(store), options, None, on_wait)
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
         with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                      TimeRemainingColumn(), console=err, disable=not show,
-                      transient=True) as bar:
+                      TimeRemainingColumn(), console=err, transient=True) as bar:
             task = bar.add_task("ingesting", total=None)
 
             def on_progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
-
-            def on_wait() -> None:
-                err.print(f"waiting: another loophound process is writing to {store} ...")
 
             return ingest(paths, Store(store), options, on_progress, on_wait)
     except (IngestError, formats.UnknownFormat, StoreBusy) as exc:

@@ -44,6 +44,12 @@ class _Host:
         self.attached: dict[str, list] = {}  # path -> [alias, users, read_only]
         self.names = itertools.count(1)
 
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        with self.lock:
+            if self.con is None:
+                self.con = connect()
+            return self.con.cursor()
+
     def acquire(self, path: str, read_only: bool) -> str:
         with self.lock:
             if self.con is None:
@@ -73,6 +79,15 @@ class _Host:
 _HOST = _Host()
 
 
+def scratch() -> duckdb.DuckDBPyConnection:
+    """An in-memory connection for one job's temporary tables (ingest's chunks): a cursor on
+    the shared host, whose temporary tables, views and registered data are its own, because a
+    new database costs 30 ms. Not for a connection whose settings get locked (`sql`)."""
+    cur = _HOST.cursor()
+    cur.execute("SET enable_progress_bar = false")
+    return cur
+
+
 @contextmanager
 def open_file(path: str, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the DuckDB file at `path`. Nested uses of one
@@ -80,9 +95,8 @@ def open_file(path: str, read_only: bool = False) -> Iterator[duckdb.DuckDBPyCon
     Raises duckdb.IOException when another process holds the file."""
     alias = _HOST.acquire(path, read_only)
     try:
-        cur = _HOST.con.cursor()
+        cur = scratch()
         try:
-            cur.execute("SET enable_progress_bar = false")
             cur.execute(f"USE {alias}")
             yield cur
         finally:

@@ -291,7 +291,7 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
     except (OSError, ValueError) as exc:
         rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
         return rep
-    con = db.connect()
+    con = db.scratch()
     create_batch_table(con)
     for row in rows:
         values = {c.name: row.get(c.name) for c in COLUMNS}
@@ -335,7 +335,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
         ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
                             options={"mapping": options.mapping} if options.mapping else {})
-        con = db.connect()
+        con = db.scratch()
         create_batch_table(con)
         batch_id = _next_id(store, "batches", "batch_id")
         sink = _ChunkSink(con, fmt, ctx, store, batch_id)
