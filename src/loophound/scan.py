@@ -160,10 +160,10 @@ def _continued_totals(con: duckdb.DuckDBPyConnection, before: dict) -> dict:
     """Whole-log totals: the last scan's, plus the events after its latest one."""
     end = _parse_iso(before["end"])
     units, lines, nbytes, tokens, cost, last = con.execute(
-        """SELECT count(*) FILTER (WHERE list_contains($units, e.kind)), count(*),
-                  coalesce(sum(e.byte_length), 0), coalesce(sum(ec.tokens), 0),
-                  sum(ec.cost_usd), max(e.ts)
-           FROM events e LEFT JOIN event_costs ec USING (event_id) WHERE e.ts > $end""",
+        """SELECT count(*) FILTER (WHERE list_contains($units, kind)), count(*),
+                  coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd),
+                  max(ts)
+           FROM _event_facts WHERE ts > $end""",
         {"units": list(UNIT_KINDS_ALL), "end": end}).fetchall()[0]
     out = dict(before)
     out["events"] = before["events"] + units

@@ -52,10 +52,10 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
               costs: CostModel | None = None) -> tuple[list[Attributed], Totals]:
-    """Claim, price and measure. Leaves the views `claims` and `owner` and the table
-    `claimed` in `con` for the report. Each claimed event is joined to its size and price
-    once (`claimed`); every figure after that is an aggregate over that table, so a 1.2
-    M-event storm is one pass."""
+    """Claim, price and measure. Leaves the views `claims` and `owner` and the tables
+    `claimed` and `_event_facts` in `con` for the report. Each event is joined to its owner,
+    size and price once (`_event_facts`); every figure after that, here and in the report, is
+    an aggregate over that table, so a 1.2 M-event storm is read once."""
     define_cost_view(con, costs or load_cost_model())
     # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
     con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
@@ -75,16 +75,19 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
         con.execute("INSERT INTO _findx VALUES (?, ?, ?)", [i, f.id, prio]).fetchall()
     _claim_answer_lines(con)
-    # one row per claimed event: its owner, size, time and price; `owner` is its first half
-    con.execute("""CREATE OR REPLACE TEMP TABLE _claimed_events AS
-        SELECT o.event_id, o.fidx, e.byte_length, e.ts, e.kind, ec.tokens, ec.cost_usd,
+    # one row per event: its owner (fidx: the finding that explains it best; NULL for the
+    # background), input, time, kind, who, size and price
+    con.execute("""CREATE OR REPLACE TEMP TABLE _event_facts AS
+        SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts, e.kind,
+               e.actor, e.target, e.model, e.error, e.byte_length, ec.tokens, ec.cost_usd,
                ec.cost_status
-        FROM (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
-              FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
-        JOIN events e USING (event_id)
+        FROM events e
+        LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
+                   FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
+          USING (event_id)
         LEFT JOIN event_costs ec USING (event_id)""")
     con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
-        SELECT o.event_id, o.fidx, x.finding_id FROM _claimed_events o JOIN _findx x USING (fidx)""")
+        SELECT o.event_id, o.fidx, x.finding_id FROM _event_facts o JOIN _findx x USING (fidx)""")
     copies = con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
     # a unit is counted once: a second stored copy only when its first is not claimed (owned)
     # by the same finding; the joins that decide it are needed only when there are copies
@@ -94,13 +97,13 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         owned_unit = "u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL)"
         copy_joins = """LEFT JOIN _copies cp USING (event_id)
         LEFT JOIN _claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
-        LEFT JOIN _claimed_events o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon"""
+        LEFT JOIN _event_facts o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon"""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE claimed AS
         SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.byte_length, e.ts,
                {unit} AS is_unit, {owned_unit} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
         FROM _claims c
-        JOIN _claimed_events e USING (event_id)
+        JOIN _event_facts e USING (event_id)
         {copy_joins}
         LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind""")
     stats = {r[0]: r[1:] for r in con.execute("""
@@ -174,12 +177,12 @@ def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[i
 
 def totals(con: duckdb.DuckDBPyConnection) -> Totals:
     row = con.execute("""
-      SELECT count(*) FILTER (WHERE list_contains($units, e.kind))
+      SELECT count(*) FILTER (WHERE list_contains($units, kind))
                - (SELECT count(*) FROM _copies), count(*),
-             coalesce(sum(e.byte_length), 0), coalesce(sum(ec.tokens), 0), sum(ec.cost_usd),
-             coalesce(sum(CASE WHEN ec.cost_status = 'unpriced' THEN ec.tokens END), 0),
-             min(e.ts), max(e.ts)
-      FROM events e LEFT JOIN event_costs ec USING (event_id)""",
+             coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd),
+             coalesce(sum(CASE WHEN cost_status = 'unpriced' THEN tokens END), 0),
+             min(ts), max(ts)
+      FROM _event_facts""",
                       {"units": list(UNIT_KINDS_ALL)}).fetchall()[0]
     status = dict(con.execute(
         "SELECT cost_status, count(*) FROM event_costs GROUP BY 1 ORDER BY 1").fetchall())

@@ -283,7 +283,8 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
 
 
 def _facts(con: duckdb.DuckDBPyConnection) -> None:
-    """One narrow row per event with its owner and cost: every aggregate below reads this.
+    """One narrow row per event with its owner and cost (attribution's `_event_facts`, owners
+    named): every aggregate below reads this.
     `unit`: the event is a unit of work (a request, message, step, ...), counted once: the
     second stored copy of a message both parties recorded (`_copies`) is not one."""
     has_copies = define_message_copies(con) > 0
@@ -291,12 +292,11 @@ def _facts(con: duckdb.DuckDBPyConnection) -> None:
     not_copy = "AND cp.event_id IS NULL" if has_copies else ""
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE _rep AS
-      SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, e.ts, e.kind, e.actor,
-             e.target, e.model, e.error, e.byte_length, o.finding_id AS owner, c.cost_usd,
-             c.cost_status, c.tokens, (list_contains($units, e.kind) {not_copy}) AS unit
-      FROM events e
-      LEFT JOIN owner o USING (event_id)
-      LEFT JOIN event_costs c USING (event_id)
+      SELECT e.event_id, e.input_id, e.ts, e.kind, e.actor, e.target, e.model, e.error,
+             e.byte_length, x.finding_id AS owner, e.cost_usd, e.cost_status, e.tokens,
+             (list_contains($units, e.kind) {not_copy}) AS unit
+      FROM _event_facts e
+      LEFT JOIN _findx x USING (fidx)
       {copies}""", {"units": list(UNIT_KINDS_ALL)})
 
 
