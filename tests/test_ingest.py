@@ -144,6 +144,34 @@ def test_bad_lines_are_quarantined_with_file_line_and_reason(tmp_path):
     assert total == [(11,)]
 
 
+def test_settled_files_are_checked_by_size_and_tail_not_read_again(tmp_path, monkeypatch):
+    import loophound.ingest as ingest_module
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(3):
+        (logs / f"day-{i}.log").write_text(pair(10 * i) + pair(10 * i + 1))
+    store = Store(tmp_path / "st")
+    ingest([str(logs)], store)
+    read_into_store = ingest_module._read_into_store
+
+    def refuse(path, *args, **kwargs):
+        if path.name != "day-2.log":
+            raise AssertionError(f"{path.name} is unchanged and was read again")
+        return read_into_store(path, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "_read_into_store", refuse)
+    with (logs / "day-2.log").open("a") as fh:
+        fh.write(pair(99))
+    report = ingest([str(logs)], store)
+    assert {f.path.rsplit("/", 1)[-1]: (f.status, f.events) for f in report.files} == {
+        "day-0.log": ("unchanged", 0), "day-1.log": ("unchanged", 0), "day-2.log": ("appended", 2)}
+    # the same size but other last bytes is not "unchanged": the file is read and compared
+    (logs / "day-0.log").write_text(pair(50) + pair(51))
+    with pytest.raises(AssertionError, match="day-0.log is unchanged and was read again"):
+        ingest([str(logs)], store)
+
+
 def test_a_50_mb_line_is_quarantined_not_loaded(tmp_path):
     log = tmp_path / "huge.log"
     big = '{"level":30,"time":1781826141000,"event":"received","blob":"' + "x" * (50 << 20) + '"}\n'

@@ -190,6 +190,31 @@ def test_watch_runs_scans_on_a_schedule_and_stops_on_sigterm(tmp_path):
     assert "watch stopped after" in err
 
 
+def test_a_scan_of_recent_events_opens_only_the_files_that_hold_some(tmp_path):
+    """A store of many days of logs: a scheduled scan's window lists the recent batches only,
+    by their time range in the catalog, so its cost does not grow with the days kept."""
+    import datetime as dt
+
+    logs = tmp_path / "logs"
+    write_bproxy_log(logs / "old", seed=1, storm_requests=50)
+    write_bproxy_log(logs / "new", seed=2, storm_requests=50)
+    new_log = next((logs / "new").glob("*.log"))
+    shift = 30 * 86_400_000  # the new log's lines a month later than the old one's
+    lines = [json.loads(line) for line in new_log.read_text().splitlines()]
+    new_log.write_text("".join(json.dumps(r | {"time": r["time"] + shift}) + "\n" for r in lines))
+    store = Store(tmp_path / "st")
+    CliRunner().invoke(app, ["ingest", str(logs), "--store", str(store.root)])
+    every = store.committed_files()["events"]
+    con = store.connect()
+    since = con.execute("SELECT max(ts) FROM events").fetchall()[0][0] - dt.timedelta(days=1)
+    recent = store.committed_files(since)["events"]
+    assert len(every) == 2 and len(recent) == 1
+    expected = con.execute("SELECT count(*) FROM events WHERE ts >= ?", [since]).fetchall()[0][0]
+    window = store.connect(since).execute("SELECT count(*), min(ts) >= ? FROM events",
+                                          [since]).fetchall()[0]
+    assert expected > 0 and window == (expected, True)
+
+
 def test_deleted_files_keep_their_events(tmp_path):
     logs = tmp_path / "logs"
     write_bproxy_log(logs, seed=5, storm_requests=100)

@@ -21,8 +21,7 @@ from .attribute.costs import CostModel, load_cost_model
 from .db import sql_literal
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
-from .schema import COLUMNS
-from .store import Store, parquet_select
+from .store import Store
 from .watch import Tracked, previous_document, track
 
 
@@ -67,12 +66,11 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     costs = costs or load_cost_model()
     before_doc = previous_document(store)
     before = {f["id"]: f for f in before_doc["findings"]} if before_doc else {}
-    con = store.connect()
     since = None
     if lookback is not None and before_doc and before_doc["totals"].get("end"):
         since = _parse_iso(before_doc["totals"]["end"]) - lookback
-        _window(con, store, since)
         only = only or alerting_detectors(alert_on)
+    con = store.connect(since)
     findings = run_detectors(con, params, only)
     attributed, totals = attribute(con, findings, costs)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
@@ -94,19 +92,6 @@ def alerting_detectors(alert_on: str) -> list[str]:
 
 def _parse_iso(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.rstrip("Z"))
-
-
-def _window(con: duckdb.DuckDBPyConnection, store: Store, since: dt.datetime) -> None:
-    """Make `events` (and the views over it) show only events at or after `since`. Parquet
-    row groups are skipped by their time statistics, so this reads what is recent. A view,
-    not a copy: each query reads just its own columns (copying every column of an hour of
-    the seed-001 storm, 71,000 events, took longer than all the detectors together)."""
-    files = store.committed_files()["events"]
-    con.execute(f"CREATE OR REPLACE TEMP VIEW events_all AS {parquet_select(files, COLUMNS)}")
-    literal = since.isoformat(sep=" ", timespec="milliseconds")  # ours, not from a log
-    con.execute(f"CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM events_all "
-                f"WHERE ts >= TIMESTAMP '{literal}'")
-    con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
 
 
 def _same_loop(f: dict) -> tuple:

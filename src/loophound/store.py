@@ -10,6 +10,7 @@ the catalog is locked for writing only for the instant of a commit.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import os
 import time
@@ -62,8 +63,12 @@ CREATE TABLE IF NOT EXISTS batches (
   events BIGINT,
   quarantined BIGINT,
   sha256 VARCHAR,           -- SHA-256 of this batch's bytes [first_offset, end_offset)
-  committed TIMESTAMP
+  committed TIMESTAMP,
+  min_ts TIMESTAMP,         -- the batch's earliest and latest event time: a scan of recent
+  max_ts TIMESTAMP          -- events opens only the files that hold some
 );
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS min_ts TIMESTAMP;
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS max_ts TIMESTAMP;
 CREATE TABLE IF NOT EXISTS findings_runs (
   run_id INTEGER PRIMARY KEY,
   started TIMESTAMP,
@@ -174,19 +179,22 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with the store's views defined over it."""
+    def connect(self, since: dt.datetime | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with the store's views defined over it; with
+        `since`, `events` (and every view over it) holds only the events at or after it."""
         if not self.exists():
             raise StoreMissing(
                 f"no loophound store at {self.root}: run `loophound ingest PATH --store "
                 f"{self.root}` first"
             )
         con = db.connect()
-        define_views(con, self)
+        define_views(con, self, since)
         return con
 
-    def committed_files(self) -> dict[str, list[str]]:
-        """Absolute paths of the committed Parquet files, by kind."""
+    def committed_files(self, since: dt.datetime | None = None) -> dict[str, list[str]]:
+        """Absolute paths of the committed Parquet files, by kind. With `since`, only the
+        events files that may hold an event at or after it (a batch's latest time is in the
+        catalog; a batch without one, or a bare store's file, is always listed)."""
         if self.is_bare:
             def latest(pattern: str) -> list[str]:
                 found = sorted((self.root / "findings").glob(pattern))
@@ -203,8 +211,9 @@ class Store:
             return {"events": [], "quarantine": [], "findings": [], "finding_events": []}
         with self.catalog_connection(read_only=True) as con:
             ev = [r[0] for r in con.execute(
-                "SELECT events_file FROM batches WHERE events_file IS NOT NULL ORDER BY batch_id"
-            ).fetchall()]
+                "SELECT events_file FROM batches WHERE events_file IS NOT NULL "
+                "AND ($since IS NULL OR max_ts IS NULL OR max_ts >= $since) ORDER BY batch_id",
+                {"since": since}).fetchall()]
             qu = [r[0] for r in con.execute(
                 "SELECT quarantine_file FROM batches WHERE quarantine_file IS NOT NULL "
                 "ORDER BY batch_id").fetchall()]
@@ -259,15 +268,22 @@ DERIVED_VIEWS = {
 }
 
 
-def define_views(con: duckdb.DuckDBPyConnection, store: Store) -> None:
-    """Create the documented views in `con` over the store's committed files.
+def define_views(con: duckdb.DuckDBPyConnection, store: Store,
+                 since: dt.datetime | None = None) -> None:
+    """Create the documented views in `con` over the store's committed files, `events` over
+    those at or after `since` when it is given (scheduled scans read what is recent: the
+    files are chosen by their time range in the catalog, their row groups by their
+    statistics, and each query reads just its own columns).
 
     The catalog's own tables are copied in, not attached, so that a long analysis session
     never holds a lock that would stall the next scan.
     """
-    files = store.committed_files()
-    con.execute(f"CREATE OR REPLACE TEMP VIEW events AS "
-                f"{parquet_select(files['events'], COLUMNS)}")
+    files = store.committed_files(since)
+    events = parquet_select(files["events"], COLUMNS)
+    if since is not None:
+        literal = since.isoformat(sep=" ", timespec="milliseconds")  # ours, not from a log
+        events = f"SELECT * FROM ({events}) WHERE ts >= TIMESTAMP '{literal}'"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
     _copy_catalog(con, store)
     con.execute(
