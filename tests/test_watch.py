@@ -213,6 +213,9 @@ def test_a_scan_of_recent_events_opens_only_the_files_that_hold_some(tmp_path):
     window = store.connect(since).execute("SELECT count(*), min(ts) >= ? FROM events",
                                           [since]).fetchall()[0]
     assert expected > 0 and window == (expected, True)
+    with db.open_file(str(store.catalog)) as cat:  # a catalog from before batches had times
+        cat.execute("ALTER TABLE batches DROP COLUMN max_ts")
+    assert store.committed_files(since)["events"] == every
 
 
 def test_deleted_files_keep_their_events(tmp_path):

@@ -210,10 +210,15 @@ class Store:
         if not self.catalog.exists():
             return {"events": [], "quarantine": [], "findings": [], "finding_events": []}
         with self.catalog_connection(read_only=True) as con:
+            recent = ""
+            if since is not None and con.execute(  # a store from before max_ts: every file
+                    "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+                    "AND table_name = 'batches' "
+                    "AND column_name = 'max_ts'").fetchall()[0][0]:
+                recent = "AND (max_ts IS NULL OR max_ts >= $since)"
             ev = [r[0] for r in con.execute(
-                "SELECT events_file FROM batches WHERE events_file IS NOT NULL "
-                "AND ($since IS NULL OR max_ts IS NULL OR max_ts >= $since) ORDER BY batch_id",
-                {"since": since}).fetchall()]
+                f"SELECT events_file FROM batches WHERE events_file IS NOT NULL {recent} "
+                "ORDER BY batch_id", {"since": since} if recent else None).fetchall()]
             qu = [r[0] for r in con.execute(
                 "SELECT quarantine_file FROM batches WHERE quarantine_file IS NOT NULL "
                 "ORDER BY batch_id").fetchall()]
