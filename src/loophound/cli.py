@@ -203,7 +203,7 @@ def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
         err.print(f"waiting: another loophound process is writing to {store} ...")
 
     try:
-        with s.writing(wait=wait, on_wait=on_wait):
+        with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
             report = None
             if paths:
                 report = run_ingest(paths, store, None, None, 16 * 1024 * 1024, quiet=quiet)

@@ -72,7 +72,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         only = only or alerting_detectors(alert_on)
     con = store.connect(since)
     findings = run_detectors(con, params, only)
-    attributed, totals = attribute(con, findings, costs)
+    attributed, totals = attribute(con, findings, costs, for_report=since is None)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
     if since is not None:
         doc = continue_findings(con, before_doc, doc, since)

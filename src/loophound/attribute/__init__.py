@@ -51,11 +51,14 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
-              costs: CostModel | None = None) -> tuple[list[Attributed], Totals]:
+              costs: CostModel | None = None,
+              for_report: bool = True) -> tuple[list[Attributed], Totals]:
     """Claim, price and measure. Leaves the views `claims` and `owner` and the tables
     `claimed` and `_event_facts` in `con` for the report. Each event is joined to its owner,
     size and price once (`_event_facts`); every figure after that, here and in the report, is
-    an aggregate over that table, so a 1.2 M-event storm is read once."""
+    an aggregate over that table, so a 1.2 M-event storm is read once. Who acted on what
+    (actor, target, model, error) is in it only `for_report`: a scheduled scan has no use
+    for those strings."""
     define_cost_view(con, costs or load_cost_model())
     # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
     con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
@@ -77,10 +80,10 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     _claim_answer_lines(con)
     # one row per event: its owner (fidx: the finding that explains it best; NULL for the
     # background), input, time, kind, who, size and price
-    con.execute("""CREATE OR REPLACE TEMP TABLE _event_facts AS
+    who = "e.actor, e.target, e.model, e.error," if for_report else ""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _event_facts AS
         SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts, e.kind,
-               e.actor, e.target, e.model, e.error, e.byte_length, ec.tokens, ec.cost_usd,
-               ec.cost_status
+               {who} e.byte_length, ec.tokens, ec.cost_usd, ec.cost_status
         FROM events e
         LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
                    FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
