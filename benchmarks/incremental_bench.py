@@ -1,9 +1,11 @@
 """Benchmark: a scheduled `scan --incremental` after 1 MB was appended to a big log.
 
-Builds two stores, one from half of the full-size seed-001 incident and one from all of it,
-appends the same 1 MB of new storm lines to each log, and times the incremental scan of each
-(ingest of the new bytes, detection, saving), each in a fresh process, several times. If the
-scan reads only what is new, the two times are close although one store is twice the other.
+Builds three stores: from half of the full-size seed-001 incident, from all of it, and from
+all of it with 300 settled older logs in the same folder (a directory that cron has scanned
+for months). Appends the same 1 MB of new storm lines to the incident log of each, and times
+the incremental scan of each (ingest of the new bytes, detection, saving), each in a fresh
+process, several times. If the scan reads only what is new, the times are close although the
+stores differ twice in size and 300-fold in files.
 
 Each scan process reports two figures of its own: starting Python and importing loophound
 (what cron pays on every run, whatever the store), and the scan itself (what each cycle of
@@ -90,13 +92,18 @@ def main() -> None:
         bproxy_full_incident(full)
     data = full.read_bytes()
     half = data[: data.rindex(b"\n", 0, len(data) // 2) + 1]
+    first_ms = json.loads(data[: data.index(b"\n")])["time"]
     results = {}
-    for name, content in (("half", half), ("full", data)):
+    # (name, the incident log's bytes, how many settled older logs share its folder)
+    for name, content, older in (("half", half, 0), ("full", data, 0), ("full+300", data, 300)):
         d = work / name
         shutil.rmtree(d, ignore_errors=True)
         (d / "logs").mkdir(parents=True)
         log = d / "logs" / "2026-06-18.log"
         log.write_bytes(content)
+        for i in range(older):  # earlier days' logs, a few dozen lines each, long settled
+            (d / "logs" / f"older-{i:03d}.log").write_bytes(
+                storm_lines(first_ms - (older - i) * 3_600_000, 2000))
         store = d / "store"
         first = scan(d / "logs", store, work)
         runs = []
@@ -108,14 +115,16 @@ def main() -> None:
         med = {k: statistics.median(r[k] for r in runs) for k in ("wall", "imports", "scan")}
         results[name] = (len(content), med)
         each = ", ".join(f"{r['scan']:.2f}" for r in runs)
-        print(f"{name:4s} store of {len(content) / 2**20:6.1f} MiB (first scan {first['wall']:.2f} s), "
-              f"+1 MiB appended, medians: the scan itself {med['scan']:.2f} s "
-              f"(runs {each}); as a command "
-              f"{med['wall']:.2f} s, of which Python start-up and imports {med['imports']:.2f} s; "
-              f"nothing new: the scan itself {quiet['scan']:.2f} s")
-    (h, hm), (f, fm) = results["half"], results["full"]
+        files = f" + {older} older logs" if older else ""
+        print(f"{name:8s} store of {len(content) / 2**20:6.1f} MiB{files} (first scan "
+              f"{first['wall']:.2f} s), +1 MiB appended, medians: the scan itself "
+              f"{med['scan']:.2f} s (runs {each}); as a command {med['wall']:.2f} s, of which "
+              f"Python start-up and imports {med['imports']:.2f} s; nothing new: the scan itself "
+              f"{quiet['scan']:.2f} s")
+    (h, hm), (f, fm), (_, many) = results["half"], results["full"], results["full+300"]
     print(f"growth: store ×{f / h:.2f} → the scan itself ×{fm['scan'] / hm['scan']:.2f}, "
-          f"as a command ×{fm['wall'] / hm['wall']:.2f}")
+          f"as a command ×{fm['wall'] / hm['wall']:.2f}; 300 more files in the folder and the "
+          f"store → the scan itself ×{many['scan'] / fm['scan']:.2f}")
     if not args.keep:
         shutil.rmtree(work)
 

@@ -69,7 +69,7 @@ COLUMN_DOCS = {
         "lines": "complete lines read",
         "pending_bytes": "an unterminated last line waiting for its newline",
         "first_seen": "when loophound first read it",
-        "last_read": "when loophound last read it",
+        "last_read": "when loophound last read new bytes of it",
         "input_id": "the input's number (the high half of event_id)",
     },
     "findings": {
