@@ -4,7 +4,8 @@ says which Parquet files are committed, and the documented views everything else
 Why a catalog of files rather than a glob: a Parquet file becomes visible only when the
 transaction that lists it commits, so a scan killed at any moment leaves either the old store
 or the new one, never half of a batch. Heavy work happens outside the catalog connection, so
-the catalog is locked for writing only for the instant of a commit.
+the catalog is locked for writing only for the instant of a commit (a scheduled scan, about
+a second long, keeps it open throughout: see `Store.writing`).
 """
 
 from __future__ import annotations
@@ -160,17 +161,16 @@ class Store:
     def catalog_connection(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open the catalog, retrying briefly while another process has it open."""
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                opened = db.open_file(str(self.catalog.resolve()), read_only=read_only)
-                con = opened.__enter__()
-                break
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise StoreBusy(f"cannot open {self.catalog}: {exc}") from exc
-                time.sleep(0.05)
         with contextlib.ExitStack() as stack:
-            stack.push(opened)
+            while True:
+                try:
+                    con = stack.enter_context(
+                        db.open_file(str(self.catalog.resolve()), read_only=read_only))
+                    break
+                except duckdb.IOException as exc:
+                    if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                        raise StoreBusy(f"cannot open {self.catalog}: {exc}") from exc
+                    time.sleep(0.05)
             yield con
 
     def _remove_orphans(self) -> None:
