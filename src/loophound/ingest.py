@@ -544,13 +544,11 @@ class _ChunkSink:
         `final`): a request near a chunk's end meets its response in the next chunk."""
         con = self.con
         lo, hi = con.execute("SELECT min(line), max(line) FROM batch").fetchall()[0]
-        if lo is None:
+        cutoff = hi if final else (hi or 0) - HOLD_LINES
+        if lo is None or cutoff < lo:  # nothing to write yet: finished with the next chunk
             return
         if self.fmt.finish:
             self.fmt.finish(con, self.ctx)
-        cutoff = hi if final else hi - HOLD_LINES
-        if cutoff < lo:
-            return
         table = con.sql(f"SELECT * FROM batch WHERE line <= {int(cutoff)}").to_arrow_table()
         con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch "
                     f"WHERE line <= {int(cutoff)}").fetchall()
