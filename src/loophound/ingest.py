@@ -404,16 +404,18 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 stream = _Prepend(first, stream)
         mapper = _Mapper(con, fmt, ctx)
         try:
-            for batch in _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
-                                                on_read=on_read,
-                                                max_line_bytes=options.max_line_bytes)):
+            chunks = _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
+                                            on_read=on_read, max_line_bytes=options.max_line_bytes))
+            batch = next(chunks, None)
+            while batch is not None:
                 rejected.extend(mapper.map(batch))
-                sink.flush()
+                batch = next(chunks, None)
+                if batch is not None:  # the last chunk is written whole by the final flush
+                    sink.flush()
             ended_without_newline = False
             if state.partial is not None and state.tail and _is_json_object(state.tail):
                 batch = complete_partial(state.tail, state)
                 rejected.extend(mapper.map(batch))
-                sink.flush()
                 on_consumed(state.tail)
                 state.next_line += 1
                 state.next_offset += len(state.tail)
