@@ -95,11 +95,13 @@ _HOST = _Host()
 
 
 def scratch() -> duckdb.DuckDBPyConnection:
-    """An in-memory connection for one job's temporary tables (ingest's chunks): a cursor on
-    the shared host, whose temporary tables, views and registered data are its own, because a
-    new database costs 30 ms. Not for a connection whose settings get locked (`sql`)."""
+    """An in-memory connection for one job's temporary tables and views (ingest's chunks, a
+    scan's views): a cursor on the shared host, whose temporary tables, views and registered
+    data are its own, because a new database costs 30 ms. Not for a connection whose
+    settings get locked (`sql`): those are the whole database's."""
     cur = _HOST.cursor()
     cur.execute("SET enable_progress_bar = false")
+    cur.execute("SET TimeZone = 'UTC'")
     return cur
 
 

@@ -416,7 +416,7 @@ def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
-        con = store.connect()
+        con = store.connect(isolated=True)
     files = store.committed_files()
     define_cost_view(con, costs or load_cost_model())
     readable = sorted({f for fs in files.values() for f in fs})

@@ -188,15 +188,18 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------
 
-    def connect(self, since: dt.datetime | None = None) -> duckdb.DuckDBPyConnection:
+    def connect(self, since: dt.datetime | None = None,
+                isolated: bool = False) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with the store's views defined over it; with
-        `since`, `events` (and every view over it) holds only the events at or after it."""
+        `since`, `events` (and every view over it) holds only the events at or after it.
+        `isolated`: a database of its own, whose settings the caller may lock (the `sql`
+        sandbox); otherwise a cursor on the process's shared one, which is 30 ms cheaper."""
         if not self.exists():
             raise StoreMissing(
                 f"no loophound store at {self.root}: run `loophound ingest PATH --store "
                 f"{self.root}` first"
             )
-        con = db.connect()
+        con = db.connect() if isolated else db.scratch()
         define_views(con, self, since)
         return con
 
