@@ -15,6 +15,7 @@ import datetime as dt
 import fcntl
 import os
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -302,6 +303,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
         events = f"SELECT * FROM ({events}) WHERE ts >= TIMESTAMP '{literal}'"
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
+    _COPIES.pop(con, None)
     _copy_catalog(con, store)
     con.execute(
         "CREATE OR REPLACE TEMP VIEW quarantine AS "
@@ -342,22 +344,28 @@ def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
     one per node, with the same message id), and the event it copies. Rates, units and costs
     count a message once; findings still claim both copies, whose lines are the loop's.
     Returns how many copies there are. Built once per connection (rate_spike, unusual_actor
-    and the cost view all need it); whoever redefines `events` drops it."""
-    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_copies' "
-                   "AND temporary").fetchall()[0][0]:
-        return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
+    and the cost view all need it; `_COPIES` remembers it was); `define_views`, which
+    redefines `events`, drops it."""
+    if con in _COPIES:
+        return _COPIES[con]
     # a log without messages needs no window over them (the kind filter alone skips the
     # Parquet pages; a condition on corr_id would read them)
     if not con.execute("SELECT count(*) FROM events WHERE kind IN ('message', 'room_post')"
                        ).fetchall()[0][0]:
         con.execute("CREATE OR REPLACE TEMP TABLE _copies (event_id BIGINT, canon BIGINT)")
+        _COPIES[con] = 0
         return 0
     con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
         SELECT event_id, canon FROM (
           SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
           FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
         WHERE event_id <> canon""")
-    return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
+    _COPIES[con] = con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
+    return _COPIES[con]
+
+
+# connections whose `_copies` is built, and how many copies it holds
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:
