@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,19 +45,19 @@ class _Host:
     Why: in DuckDB 2.0 `duckdb.connect(file)` costs about 30 ms, `ATTACH` about 2 ms, and a scan
     looks at the store's catalog a dozen times. Detaching releases the file's lock, so other
     processes see the catalog free between uses exactly as with a connection per use. Uses of
-    a file while it is attached share one cursor (a new cursor and `USE` cost 5-8 ms)."""
+    a file while it is attached share one cursor (a new cursor, its settings and `USE` cost
+    several milliseconds). For one thread: loophound's other threads (reading lines ahead,
+    writing Parquet) never touch DuckDB."""
 
     def __init__(self) -> None:
         self.con: duckdb.DuckDBPyConnection | None = None
-        self.lock = threading.Lock()
         self.attached: dict[str, _Attached] = {}
         self.names = itertools.count(1)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        with self.lock:
-            if self.con is None:
-                self.con = connect()
-            return self.con.cursor()
+        if self.con is None:
+            self.con = connect()
+        return self.con.cursor()
 
     def acquire(self, path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
         entry = self.attached.get(path)

@@ -546,8 +546,10 @@ class _ChunkSink:
         `final`): a request near a chunk's end meets its response in the next chunk."""
         con = self.con
         lo, hi = con.execute("SELECT min(line), max(line) FROM batch").fetchall()[0]
-        cutoff = hi if final else (hi or 0) - HOLD_LINES
-        if lo is None or cutoff < lo:  # nothing to write yet: finished with the next chunk
+        if lo is None:
+            return
+        cutoff = hi if final else hi - HOLD_LINES
+        if cutoff < lo:  # nothing to write yet: finished with the next chunk
             return
         if self.fmt.finish:
             self.fmt.finish(con, self.ctx)
