@@ -228,3 +228,31 @@ def test_deleted_files_keep_their_events(tmp_path):
     os.makedirs(logs)
     CliRunner().invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
     assert events_of(store) == before
+
+
+def test_incremental_scans_add_up_to_what_one_full_scan_finds(tmp_path):
+    """A runaway followed across three scheduled scans counts exactly what a full scan of the
+    same store counts: each scan adds only what is new, nothing twice, nothing dropped."""
+    from loophound.watch import previous_document
+
+    write_bproxy_log(tmp_path / "full", seed=5, storm_requests=900)
+    text = next((tmp_path / "full").glob("*.log")).read_text().splitlines(keepends=True)
+    logs, store = tmp_path / "logs", tmp_path / "st"
+    logs.mkdir()
+    runner = CliRunner()
+    for third in (1, 2, 3):
+        (logs / "daemon.log").write_text("".join(text[:len(text) * third // 3]))
+        runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
+    shutil.copytree(store, tmp_path / "again")
+    runner.invoke(app, ["scan", "--store", str(tmp_path / "again"), "--json", str(tmp_path / "f.json")])
+    full = json.loads((tmp_path / "f.json").read_text())
+    followed = previous_document(Store(store))
+    figures = ("events", "lines", "bytes", "tokens", "cost_usd", "cost_basis", "unpriced_tokens",
+               "attributed", "start", "end", "duration_s")
+    storm = next(f for f in full["findings"] if f["detector"] == "repeated_error")
+    same = next(f for f in followed["findings"] if f["id"] == storm["id"])
+    assert {k: same[k] for k in figures} == {k: storm[k] for k in figures}
+    assert followed["totals"] == full["totals"]
+    claimed = Store(store).connect().execute(
+        "SELECT count(*) FROM finding_events WHERE finding_id = ?", [storm["id"]]).fetchall()
+    assert claimed == [(storm["lines"],)]

@@ -24,5 +24,9 @@ def define_finding_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[s
 
     con.execute("CREATE OR REPLACE TEMP VIEW findings AS "
                 + parquet_select(files.get("findings", []), FINDING_COLUMNS))
+    claims = files.get("finding_events", [])
+    # several files: a full scan's claims and what scheduled scans added; a finding a later
+    # scan found afresh may repeat some
+    unique = "SELECT DISTINCT * FROM " if len(claims) > 1 else "SELECT * FROM "
     con.execute("CREATE OR REPLACE TEMP VIEW finding_events AS "
-                + parquet_select(files.get("finding_events", []), FINDING_EVENT_COLUMNS))
+                f"{unique}({parquet_select(claims, FINDING_EVENT_COLUMNS)})")

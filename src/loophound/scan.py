@@ -16,12 +16,12 @@ import duckdb
 import pyarrow as pa
 
 from . import findings_json
-from .attribute import UNIT_KINDS_ALL, Attributed, Totals, attribute
+from .attribute import Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
 from .db import sql_literal
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
-from .store import Store
+from .store import ADDED, Store
 from .watch import Tracked, previous_document, track
 
 
@@ -72,10 +72,20 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         only = only or alerting_detectors(alert_on)
     con = store.connect(since)
     findings = run_detectors(con, params, only)
-    attributed, totals = attribute(con, findings, costs, for_report=since is None)
+    goes_on = None
+    if since is not None:
+        goes_on = continuing(findings, before_doc, since)
+        con.execute("CREATE OR REPLACE TEMP TABLE _upto (input_id INTEGER, upto BIGINT)")
+        if marks := store.seen_by_last_scan():
+            con.executemany("INSERT INTO _upto VALUES (?, ?)", marks)
+    attributed, totals = attribute(con, findings, costs, for_report=since is None,
+                                   continuing=goes_on)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
     if since is not None:
-        doc = continue_findings(con, before_doc, doc, since)
+        for i, prev_id in goes_on.items():  # its events are claimed under the id it goes on
+            con.execute("UPDATE _findx SET finding_id = ? WHERE fidx = ?", [prev_id, i])
+        doc = continue_findings(before_doc, doc, {findings[i].id: p for i, p in goes_on.items()},
+                                since)
         doc["method"]["incremental"]["detectors_run"] = sorted(only or DETECTORS)
     tracked = track(doc, before, alert_on)
     if store.catalog.exists():
@@ -94,71 +104,81 @@ def _parse_iso(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.rstrip("Z"))
 
 
-def _same_loop(f: dict) -> tuple:
-    return (f["detector"], tuple(f["actors"]), tuple(f["targets"]), tuple(f["sessions"]))
+def _same_loop(detector: str, actors, targets, sessions) -> tuple:
+    return (detector, *(tuple(sorted(set(x))) for x in (actors, targets, sessions)))
 
 
-def continue_findings(con: duckdb.DuckDBPyConnection, before: dict, window: dict,
+def continuing(findings: list, before: dict, since: dt.datetime) -> dict[int, str]:
+    """Which of the window's findings go on from one of the last scan's, still active at
+    `since` (same detector, same participants): index → the id they go on under."""
+    active = {_same_loop(f["detector"], f["actors"], f["targets"], f["sessions"]): f["id"]
+              for f in before["findings"] if f["end"] and _parse_iso(f["end"]) >= since}
+    out = {}
+    for i, f in enumerate(findings):
+        prev = active.get(_same_loop(f.detector, f.actors, f.targets, f.sessions))
+        if prev is not None:
+            out[i] = prev
+    return out
+
+
+_ADDED = ("events", "lines", "bytes", "tokens", "unpriced_tokens")
+
+
+def continue_findings(before: dict, window: dict, goes_on: dict[str, str],
                       since: dt.datetime) -> dict:
     """The last scan's findings, continued by those found in the recent window: a window
-    finding with the same detector and participants as one still active at `since` is that
-    finding going on (same id, its start, its counts plus what is new); others are new.
-    Titles and summaries keep the wording of the scan that found them; a full `scan` gives
-    fresh ones."""
+    finding that goes on from one of the last scan's (`goes_on`: its id → that one's) keeps
+    that id and start and adds its figures, which count only what the last scan had not
+    seen; others are new. Titles and summaries keep the wording of the scan that found
+    them; a full `scan` gives fresh ones."""
     merged = {f["id"]: dict(f) for f in before["findings"]}
-    active = {}
-    for f in before["findings"]:
-        if f["end"] and _parse_iso(f["end"]) >= since:
-            active[_same_loop(f)] = f
-    fidx = dict(con.execute("SELECT finding_id, fidx FROM _findx").fetchall())
     for w in window["findings"]:
-        prev = active.get(_same_loop(w))
-        if prev is None:
+        if w["id"] not in goes_on:
             merged[w["id"]] = w
             continue
-        seen = con.execute(
-            """SELECT count(*) FILTER (WHERE is_unit), count(*), coalesce(sum(byte_length), 0),
-                      coalesce(sum(tokens), 0), sum(cost_usd)
-               FROM claimed WHERE fidx = ? AND ts <= ?""",
-            [fidx[w["id"]], _parse_iso(prev["end"])]).fetchall()[0]
-        m = merged[prev["id"]]
-        for key, old in zip(("events", "lines", "bytes", "tokens"), seen[:4], strict=True):
-            m[key] = prev[key] + w[key] - old
-        if w["cost_usd"] is not None:
-            m["cost_usd"] = round((prev["cost_usd"] or 0) + w["cost_usd"] - (seen[4] or 0), 6)
+        prev = merged[goes_on[w["id"]]]
+        m = merged[prev["id"]] = dict(prev)
+        for key in _ADDED:
+            m[key] = prev[key] + w[key]
+        m["cost_usd"] = _add_cost(prev["cost_usd"], w["cost_usd"])
+        m["cost_basis"] = _add_counts(prev["cost_basis"], w["cost_basis"])
+        m["attributed"] = {k: (_add_cost if k == "cost_usd" else int.__add__)(
+            prev["attributed"][k], w["attributed"][k]) for k in prev["attributed"]}
         m["end"] = max(prev["end"], w["end"])
-        if ("low", "medium", "high", "critical").index(w["severity"]) > \
-                ("low", "medium", "high", "critical").index(prev["severity"]):
+        if m["start"]:
+            m["duration_s"] = round((_parse_iso(m["end"]) - _parse_iso(m["start"])).total_seconds(),
+                                    6)
+        if SEVERITIES.index(w["severity"]) > SEVERITIES.index(prev["severity"]):
             m["severity"] = w["severity"]
-        m["evidence"] = prev["evidence"][:-1] + w["evidence"][-1:]
+        if w["lines"]:  # the last line it claims is new
+            m["evidence"] = prev["evidence"][:-1] + w["evidence"][-1:]
     doc = dict(window)
     doc["findings"] = sorted(merged.values(), key=findings_json.sort_key)
-    doc["totals"] = _continued_totals(con, before["totals"])
+    doc["totals"] = _continued_totals(before["totals"], window["totals"])
     doc["method"] = dict(window["method"], incremental={
         "window_start": findings_json.iso(since),
-        "note": "detectors read only recent events; figures of continuing findings are the "
-                "previous scan's plus what is new"})
+        "note": "detectors read only recent events; figures of continuing findings and the "
+                "totals are the previous scan's plus the events it had not seen"})
     return doc
 
 
-def _continued_totals(con: duckdb.DuckDBPyConnection, before: dict) -> dict:
-    """Whole-log totals: the last scan's, plus the events after its latest one."""
-    end = _parse_iso(before["end"])
-    units, lines, nbytes, tokens, cost, last = con.execute(
-        """SELECT count(*) FILTER (WHERE list_contains($units, kind)), count(*),
-                  coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd),
-                  max(ts)
-           FROM _event_facts WHERE ts > $end""",
-        {"units": list(UNIT_KINDS_ALL), "end": end}).fetchall()[0]
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else round((a or 0) + (b or 0), 6)
+
+
+def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(a.keys() | b.keys())}
+
+
+def _continued_totals(before: dict, new: dict) -> dict:
+    """Whole-log totals: the last scan's, plus those of the events it had not seen."""
     out = dict(before)
-    out["events"] = before["events"] + units
-    out["lines"] = before["lines"] + lines
-    out["bytes"] = before["bytes"] + int(nbytes)
-    out["tokens"] = before["tokens"] + int(tokens)
-    if cost is not None:
-        out["cost_usd"] = round((before["cost_usd"] or 0) + float(cost), 6)
-    if last is not None:
-        out["end"] = findings_json.iso(last)
+    for key in _ADDED:
+        out[key] = before[key] + new[key]
+    out["cost_usd"] = _add_cost(before["cost_usd"], new["cost_usd"])
+    out["cost_basis"] = _add_counts(before["cost_basis"], new["cost_basis"])
+    out["start"] = min(filter(None, (before["start"], new["start"])), default=None)
+    out["end"] = max(filter(None, (before["end"], new["end"])), default=None)
     return out
 
 
@@ -171,7 +191,9 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
                                  ).fetchall()[0][0]
         (store.root / "findings").mkdir(exist_ok=True)
         f_rel = f"findings/findings-{run_id:06d}.parquet"
-        e_rel = f"findings/finding-events-{run_id:06d}.parquet"
+        # a scheduled scan's claims are what it added to the last scan's (store.since_full_scan)
+        added = ADDED if "incremental" in doc["method"] else ".parquet"
+        e_rel = f"findings/finding-events-{run_id:06d}{added}"
         rows = doc["findings"]
         table = pa.table({
             "id": [r["id"] for r in rows], "detector": [r["detector"] for r in rows],
@@ -196,7 +218,9 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
                     f"event_id) TO {sql_literal(str(store.root / e_rel))} (FORMAT parquet)")
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.catalog_connection() as cat:
-            cat.execute("INSERT INTO findings_runs VALUES (?, ?, ?, ?, ?)",
+            cat.execute("INSERT INTO findings_runs (run_id, started, findings_file, "
+                        "finding_events_file, json, batches_seen) "
+                        "VALUES (?, ?, ?, ?, ?, (SELECT max(batch_id) FROM batches))",
                         [run_id, now, f_rel, e_rel, findings_json.dumps(doc)])
     from .findings_store import define_finding_views
 

@@ -75,9 +75,11 @@ CREATE TABLE IF NOT EXISTS findings_runs (
   run_id INTEGER PRIMARY KEY,
   started TIMESTAMP,
   findings_file VARCHAR,
-  finding_events_file VARCHAR,
-  json VARCHAR
+  finding_events_file VARCHAR, -- a scheduled scan's (`-added`) holds only what it added
+  json VARCHAR,
+  batches_seen INTEGER      -- the newest batch when it ran: later batches are new to the next
 );
+ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS batches_seen INTEGER;
 """
 
 
@@ -204,6 +206,20 @@ class Store:
         define_views(con, self, since)
         return con
 
+    def seen_by_last_scan(self) -> list[tuple[int, int]]:
+        """Per input, the first event id the last scan kept in the store had not seen: what a
+        scheduled scan adds to the figures it continues. By batch, not by time, so a line
+        that arrives late, or a response stamped after its finding's end, counts once."""
+        with self.catalog_connection(read_only=True) as con:
+            return con.execute("""
+                WITH last AS (
+                  SELECT coalesce(batches_seen, (SELECT max(batch_id) FROM batches b
+                                                 WHERE b.committed <= r.started)) AS seen
+                  FROM findings_runs r ORDER BY run_id DESC LIMIT 1)
+                SELECT input_id, (CAST(input_id AS BIGINT) << 32) + max(end_line)
+                FROM batches, last WHERE batch_id <= last.seen
+                GROUP BY input_id ORDER BY input_id""").fetchall()
+
     def committed_files(self, since: dt.datetime | None = None) -> dict[str, list[str]]:
         """Absolute paths of the committed Parquet files, by kind. With `since`, only the
         events files that may hold an event at or after it (a batch's latest time is in the
@@ -219,7 +235,8 @@ class Store:
 
             return {k: committed(k) for k in ("events", "quarantine")} | {
                 "findings": latest("findings-*.parquet"),
-                "finding_events": latest("finding-events-*.parquet")}
+                "finding_events": [str(f.resolve()) for f in since_full_scan(
+                    sorted((self.root / "findings").glob("finding-events-*.parquet")))]}
         if not self.catalog.exists():
             return {"events": [], "quarantine": [], "findings": [], "finding_events": []}
         with self.catalog_connection(read_only=True) as con:
@@ -235,15 +252,25 @@ class Store:
             qu = [r[0] for r in con.execute(
                 "SELECT quarantine_file FROM batches WHERE quarantine_file IS NOT NULL "
                 "ORDER BY batch_id").fetchall()]
-            last = con.execute(
+            runs = con.execute(
                 "SELECT findings_file, finding_events_file FROM findings_runs "
-                "ORDER BY run_id DESC LIMIT 1").fetchall()
-            last = last[0] if last else None
+                "ORDER BY run_id").fetchall()
         root = self.root.resolve()
-        fi = [str(root / last[0])] if last and last[0] else []
-        fe = [str(root / last[1])] if last and last[1] else []
+        fi = [str(root / runs[-1][0])] if runs and runs[-1][0] else []
+        fe = [str(root / f) for f in since_full_scan([r[1] for r in runs if r[1]])]
         return {"events": [str(root / p) for p in ev], "quarantine": [str(root / p) for p in qu],
                 "findings": fi, "finding_events": fe}
+
+
+def since_full_scan(files: list) -> list:
+    """Of the findings runs' claim files (oldest first), those that together say which events
+    the last scan's findings claim: the last full scan's, then what each scheduled scan since
+    added (`-added` files: a continuing finding's new events, a new finding's all)."""
+    full = [i for i, f in enumerate(files) if not str(f).endswith(ADDED)]
+    return files[full[-1] if full else 0:]
+
+
+ADDED = "-added.parquet"
 
 
 def parquet_select(files: list[str], columns) -> str:

@@ -7,6 +7,7 @@ claimed totals, so a rate spike on top of a retry storm still says how big it wa
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import duckdb
@@ -51,40 +52,32 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
-              costs: CostModel | None = None,
-              for_report: bool = True) -> tuple[list[Attributed], Totals]:
+              costs: CostModel | None = None, for_report: bool = True,
+              continuing: Collection[int] | None = None) -> tuple[list[Attributed], Totals]:
     """Claim, price and measure. Leaves the views `claims` and `owner` and the tables
     `claimed` and `_event_facts` in `con` for the report. Each event is joined to its owner,
     size and price once (`_event_facts`); every figure after that, here and in the report, is
     an aggregate over that table, so a 1.2 M-event storm is read once. Who acted on what
     (actor, target, model, error) is in it only `for_report`: a scheduled scan has no use
-    for those strings."""
-    define_cost_view(con, costs or load_cost_model())
-    # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
-    con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
-    con.execute("CREATE OR REPLACE TEMP TABLE finding_units (fidx INTEGER, kind VARCHAR)")
-    # prio: who explains an event best, as one integer (detector rank, severity, then id)
-    con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR, "
-                "prio INTEGER)")
-    con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
-        SELECT x.finding_id, c.event_id, c.fidx FROM _claims c JOIN _findx x USING (fidx)""")
-    order = sorted(range(len(findings)), key=lambda i: (
-        DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
-        -severity_rank(findings[i].severity), findings[i].id))
-    for prio, i in enumerate(order):
-        f = findings[i]
-        con.execute(f"INSERT INTO _claims SELECT DISTINCT {i}, event_id FROM ({f.claim_sql})",
-                    f.claim_params or None).fetchall()
-        con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
-        con.execute("INSERT INTO _findx VALUES (?, ?, ?)", [i, f.id, prio]).fetchall()
-    _claim_answer_lines(con)
-    # one row per event: its owner (fidx: the finding that explains it best; NULL for the
-    # background), input, time, kind, who, size and price
+    for those strings.
+
+    `continuing` (a scheduled scan): the indexes of the findings that go on from the last
+    scan. Those claim only the events the last scan had not seen (table `_upto` in `con`:
+    per input, the first such event id), and every figure, totals included, is over those
+    events and what the other findings claim: what the scan adds to the last one's."""
+    _claim(con, findings)
+    if continuing is not None:
+        _keep_unseen(con, continuing)
+    define_cost_view(con, costs or load_cost_model(),
+                     scope="_scope" if continuing is not None else None)
     who = "e.actor, e.target, e.model, e.error," if for_report else ""
+    # fresh: not seen by the scan this one continues (every event, in a full scan)
+    fresh, scope = ("s.fresh", "JOIN _scope s USING (event_id)") if continuing is not None \
+        else ("true", "")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _event_facts AS
         SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts, e.kind,
-               {who} e.byte_length, ec.tokens, ec.cost_usd, ec.cost_status
-        FROM events e
+               {who} e.byte_length, ec.tokens, ec.cost_usd, ec.cost_status, {fresh} AS fresh
+        FROM events e {scope}
         LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
                    FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
           USING (event_id)
@@ -134,6 +127,40 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     return out, totals(con)
 
 
+def _claim(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:
+    """`_claims`: every finding's events (by index), with the answer lines of its requests."""
+    # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
+    con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE finding_units (fidx INTEGER, kind VARCHAR)")
+    # prio: who explains an event best, as one integer (detector rank, severity, then id)
+    con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR, "
+                "prio INTEGER)")
+    con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
+        SELECT x.finding_id, c.event_id, c.fidx FROM _claims c JOIN _findx x USING (fidx)""")
+    order = sorted(range(len(findings)), key=lambda i: (
+        DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
+        -severity_rank(findings[i].severity), findings[i].id))
+    for prio, i in enumerate(order):
+        f = findings[i]
+        con.execute(f"INSERT INTO _claims SELECT DISTINCT {i}, event_id FROM ({f.claim_sql})",
+                    f.claim_params or None).fetchall()
+        con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
+        con.execute("INSERT INTO _findx VALUES (?, ?, ?)", [i, f.id, prio]).fetchall()
+    _claim_answer_lines(con)
+
+
+def _keep_unseen(con: duckdb.DuckDBPyConnection, continuing: Collection[int]) -> None:
+    """Continuing findings give up the events the last scan counted for them; `_scope` is
+    what is left to count: the unseen events, and every event some finding still claims."""
+    con.execute("""DELETE FROM _claims USING _upto u
+        WHERE u.input_id = _claims.event_id >> 32 AND _claims.event_id < u.upto
+          AND list_contains(?, _claims.fidx)""", [sorted(continuing)]).fetchall()
+    con.execute("""CREATE OR REPLACE TEMP TABLE _scope AS
+        SELECT e.event_id, e.event_id >= coalesce(u.upto, 0) AS fresh
+        FROM events e LEFT JOIN _upto u ON u.input_id = e.event_id >> 32
+        WHERE e.event_id >= coalesce(u.upto, 0) OR e.event_id IN (SELECT event_id FROM _claims)""")
+
+
 def _claim_answer_lines(con: duckdb.DuckDBPyConnection) -> None:
     """The response and lifecycle lines of every claimed request join its claims: one join
     for all findings, on the request's event id that ingest recorded in `answers`."""
@@ -179,16 +206,18 @@ def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[i
 
 
 def totals(con: duckdb.DuckDBPyConnection) -> Totals:
+    """The whole log's figures (a scheduled scan's: those of the events new to it)."""
     row = con.execute("""
       SELECT count(*) FILTER (WHERE list_contains($units, kind))
-               - (SELECT count(*) FROM _copies), count(*),
-             coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd),
+               - (SELECT count(*) FROM _copies JOIN _event_facts USING (event_id) WHERE fresh),
+             count(*), coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd),
              coalesce(sum(CASE WHEN cost_status = 'unpriced' THEN tokens END), 0),
              min(ts), max(ts)
-      FROM _event_facts""",
+      FROM _event_facts WHERE fresh""",
                       {"units": list(UNIT_KINDS_ALL)}).fetchall()[0]
     status = dict(con.execute(
-        "SELECT cost_status, count(*) FROM event_costs GROUP BY 1 ORDER BY 1").fetchall())
+        "SELECT cost_status, count(*) FROM _event_facts WHERE fresh AND cost_status IS NOT NULL "
+        "GROUP BY 1 ORDER BY 1").fetchall())
     return Totals(row[0], row[1], int(row[2]), int(row[3]),
                   None if row[4] is None else float(row[4]), status, int(row[5]), row[6], row[7])
 

@@ -64,10 +64,12 @@ def load_cost_model(prices_file: Path | None = None,
     return CostModel(prices, "+".join(versions), cost_per_call)
 
 
-def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
+def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel,
+                     scope: str | None = None) -> None:
     """`event_costs(event_id, cost_usd, cost_status, tokens)`: one row per event that costs
-    something, materialised once per scan; `_copies(event_id, canon)`: second stored copies
-    of one message, and the event they copy."""
+    something, materialised once per scan (of the events in the table `scope` only, if
+    given); `_copies(event_id, canon)`: second stored copies of one message, and the event
+    they copy."""
     con.execute("CREATE OR REPLACE TEMP TABLE _prices (model VARCHAR, p_in DOUBLE, p_out DOUBLE)")
     if model.prices:
         con.executemany("INSERT INTO _prices VALUES (?, ?, ?)",
@@ -91,7 +93,8 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel) -> None:
              ELSE 'assumed' END AS cost_status,
         coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS tokens
       FROM events e LEFT JOIN _prices p ON p.model = e.model
-      WHERE e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
-         OR ({per_call} IS NOT NULL AND e.kind IN ({kinds})
-             AND e.event_id NOT IN (SELECT event_id FROM _copies))
+      WHERE (e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
+             OR ({per_call} IS NOT NULL AND e.kind IN ({kinds})
+                 AND e.event_id NOT IN (SELECT event_id FROM _copies)))
+        {f"AND e.event_id IN (SELECT event_id FROM {scope})" if scope else ""}
     """)
