@@ -230,18 +230,22 @@ def test_deleted_files_keep_their_events(tmp_path):
     assert events_of(store) == before
 
 
-def test_incremental_scans_add_up_to_what_one_full_scan_finds(tmp_path):
-    """A runaway followed across three scheduled scans counts exactly what a full scan of the
-    same store counts: each scan adds only what is new, nothing twice, nothing dropped."""
+def test_incremental_scans_add_up_to_what_one_full_scan_finds(tmp_path, monkeypatch):
+    """A runaway followed across four scheduled scans counts exactly what a full scan of the
+    same store counts: each scan adds only what is new, nothing twice, nothing dropped; the
+    events each finding claims are kept in few files however many scans added to them."""
+    from loophound import scan as scan_module
     from loophound.watch import previous_document
+
+    monkeypatch.setattr(scan_module, "MAX_ADDED", 2)  # merge the claim files every 2 scans
 
     write_bproxy_log(tmp_path / "full", seed=5, storm_requests=900)
     text = next((tmp_path / "full").glob("*.log")).read_text().splitlines(keepends=True)
     logs, store = tmp_path / "logs", tmp_path / "st"
     logs.mkdir()
     runner = CliRunner()
-    for third in (1, 2, 3):
-        (logs / "daemon.log").write_text("".join(text[:len(text) * third // 3]))
+    for quarter in (1, 2, 3, 4):
+        (logs / "daemon.log").write_text("".join(text[:len(text) * quarter // 4]))
         runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
     shutil.copytree(store, tmp_path / "again")
     runner.invoke(app, ["scan", "--store", str(tmp_path / "again"), "--json", str(tmp_path / "f.json")])
@@ -256,3 +260,8 @@ def test_incremental_scans_add_up_to_what_one_full_scan_finds(tmp_path):
     claimed = Store(store).connect().execute(
         "SELECT count(*) FROM finding_events WHERE finding_id = ?", [storm["id"]]).fetchall()
     assert claimed == [(storm["lines"],)]
+    # a full scan's file, an added one, both merged into one, and what the last scan added
+    assert [p.name for p in sorted((store / "findings").glob("finding-events-*"))] == [
+        "finding-events-000001.parquet", "finding-events-000002-added.parquet",
+        "finding-events-000003.parquet", "finding-events-000004-added.parquet"]
+    assert len(Store(store).committed_files()["finding_events"]) == 2

@@ -15,10 +15,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from . import findings_json
+from . import db, findings_json
 from .attribute import Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
-from .db import sql_literal
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
 from .store import ADDED, Store
@@ -191,9 +190,17 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
                                  ).fetchall()[0][0]
         (store.root / "findings").mkdir(exist_ok=True)
         f_rel = f"findings/findings-{run_id:06d}.parquet"
-        # a scheduled scan's claims are what it added to the last scan's (store.since_full_scan)
-        added = ADDED if "incremental" in doc["method"] else ".parquet"
-        e_rel = f"findings/finding-events-{run_id:06d}{added}"
+        claims = "SELECT finding_id, event_id FROM claims"
+        # a scheduled scan's claims are what it added to the last scan's (store.since_full_scan);
+        # every MAX_ADDED scans they are merged into one file, so reading them stays cheap
+        scheduled, suffix = "incremental" in doc["method"], ".parquet"
+        if scheduled:
+            earlier = store.committed_files()["finding_events"]
+            if len(earlier) < MAX_ADDED:
+                suffix = ADDED
+            else:
+                claims = f"SELECT * FROM read_parquet({db.sql_list(earlier)}) UNION {claims}"
+        e_rel = f"findings/finding-events-{run_id:06d}{suffix}"
         rows = doc["findings"]
         table = pa.table({
             "id": [r["id"] for r in rows], "detector": [r["detector"] for r in rows],
@@ -212,19 +219,23 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
             "json": [json.dumps(r, sort_keys=True) for r in rows],
         })
         con.register("_findings", table)
-        con.execute(f"COPY _findings TO {sql_literal(str(store.root / f_rel))} (FORMAT parquet)")
+        con.execute(f"COPY _findings TO {db.sql_literal(str(store.root / f_rel))} (FORMAT parquet)")
         con.unregister("_findings")
-        con.execute(f"COPY (SELECT finding_id, event_id FROM claims ORDER BY finding_id, "
-                    f"event_id) TO {sql_literal(str(store.root / e_rel))} (FORMAT parquet)")
+        con.execute(f"COPY ({claims} ORDER BY finding_id, event_id) "
+                    f"TO {db.sql_literal(str(store.root / e_rel))} (FORMAT parquet)")
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.catalog_connection() as cat:
             cat.execute("INSERT INTO findings_runs (run_id, started, findings_file, "
                         "finding_events_file, json, batches_seen) "
                         "VALUES (?, ?, ?, ?, ?, (SELECT max(batch_id) FROM batches))",
                         [run_id, now, f_rel, e_rel, findings_json.dumps(doc)])
-    from .findings_store import define_finding_views
+    if not scheduled:  # the report reads them; a scheduled scan's window has no use for them
+        from .findings_store import define_finding_views
 
-    define_finding_views(con, store.committed_files())
+        define_finding_views(con, store.committed_files())
+
+
+MAX_ADDED = 32
 
 
 def detector_docs() -> list[tuple[str, str, list[tuple[str, object, str]]]]:

@@ -347,9 +347,10 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
       FROM _inputs""")
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
-    from .findings_store import define_finding_views
+    if since is None:  # a window is a scheduled scan's, which reads no earlier findings
+        from .findings_store import define_finding_views
 
-    define_finding_views(con, files)
+        define_finding_views(con, files)
 
 
 def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
