@@ -66,18 +66,17 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     per input, the first such event id), and every figure, totals included, is over those
     events and what the other findings claim: what the scan adds to the last one's."""
     _claim(con, findings)
-    if continuing is not None:
-        _keep_unseen(con, continuing)
-    define_cost_view(con, costs or load_cost_model(),
-                     scope="_scope" if continuing is not None else None)
     who = "e.actor, e.target, e.model, e.error," if for_report else ""
-    # fresh: not seen by the scan this one continues (every event, in a full scan)
-    fresh, scope = ("s.fresh", "JOIN _scope s USING (event_id)") if continuing is not None \
-        else ("true", "")
+    # source: the events to count; fresh: those the scan this one continues had not seen
+    source, fresh = "events", "true"
+    if continuing is not None:
+        _keep_unseen(con, continuing, for_report)
+        source, fresh = "_scope", "e.fresh"
+    define_cost_view(con, costs or load_cost_model(), source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _event_facts AS
         SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts, e.kind,
                {who} e.byte_length, ec.tokens, ec.cost_usd, ec.cost_status, {fresh} AS fresh
-        FROM events e {scope}
+        FROM {source} e
         LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
                    FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
           USING (event_id)
@@ -149,14 +148,18 @@ def _claim(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:
     _claim_answer_lines(con)
 
 
-def _keep_unseen(con: duckdb.DuckDBPyConnection, continuing: Collection[int]) -> None:
-    """Continuing findings give up the events the last scan counted for them; `_scope` is
-    what is left to count: the unseen events, and every event some finding still claims."""
+def _keep_unseen(con: duckdb.DuckDBPyConnection, continuing: Collection[int],
+                 for_report: bool) -> None:
+    """Continuing findings give up the events the last scan counted for them; `_scope` holds
+    what is left to count, read from the window once: the unseen events, and every event
+    some finding still claims, with what pricing and counting them needs."""
     con.execute("""DELETE FROM _claims USING _upto u
         WHERE u.input_id = _claims.event_id >> 32 AND _claims.event_id < u.upto
           AND list_contains(?, _claims.fidx)""", [sorted(continuing)]).fetchall()
-    con.execute("""CREATE OR REPLACE TEMP TABLE _scope AS
-        SELECT e.event_id, e.event_id >= coalesce(u.upto, 0) AS fresh
+    who = "e.actor, e.target, e.error," if for_report else ""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _scope AS
+        SELECT e.event_id, e.ts, e.kind, e.byte_length, {who} e.model, e.tokens_in,
+               e.tokens_out, e.cost_usd, e.event_id >= coalesce(u.upto, 0) AS fresh
         FROM events e LEFT JOIN _upto u ON u.input_id = e.event_id >> 32
         WHERE e.event_id >= coalesce(u.upto, 0) OR e.event_id IN (SELECT event_id FROM _claims)""")
 

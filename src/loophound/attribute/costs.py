@@ -65,10 +65,10 @@ def load_cost_model(prices_file: Path | None = None,
 
 
 def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel,
-                     scope: str | None = None) -> None:
-    """`event_costs(event_id, cost_usd, cost_status, tokens)`: one row per event that costs
-    something, materialised once per scan (of the events in the table `scope` only, if
-    given); `_copies(event_id, canon)`: second stored copies of one message, and the event
+                     source: str = "events") -> None:
+    """`event_costs(event_id, cost_usd, cost_status, tokens)`: one row per event of `source`
+    (the view `events`, or a table of some of them) that costs something, materialised once
+    per scan; `_copies(event_id, canon)`: second stored copies of one message, and the event
     they copy."""
     con.execute("CREATE OR REPLACE TEMP TABLE _prices (model VARCHAR, p_in DOUBLE, p_out DOUBLE)")
     if model.prices:
@@ -92,9 +92,8 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel,
              WHEN e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL THEN 'unpriced'
              ELSE 'assumed' END AS cost_status,
         coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS tokens
-      FROM events e LEFT JOIN _prices p ON p.model = e.model
-      WHERE (e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
-             OR ({per_call} IS NOT NULL AND e.kind IN ({kinds})
-                 AND e.event_id NOT IN (SELECT event_id FROM _copies)))
-        {f"AND e.event_id IN (SELECT event_id FROM {scope})" if scope else ""}
+      FROM {source} e LEFT JOIN _prices p ON p.model = e.model
+      WHERE e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
+         OR ({per_call} IS NOT NULL AND e.kind IN ({kinds})
+             AND e.event_id NOT IN (SELECT event_id FROM _copies))
     """)
