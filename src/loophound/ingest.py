@@ -165,6 +165,20 @@ class _CatalogCache:
                          for t, c in (("inputs", "input_id"), ("batches", "batch_id"))}
             self.files_of = _events_files_by_input(con, store)
 
+    @property
+    def known(self) -> list[Known]:
+        return self._known
+
+    @known.setter
+    def known(self, inputs: list[Known]) -> None:
+        """Also indexed by (head length, head SHA-256): a folder of 300 logs is matched with
+        300 lookups, not 300 × 300 comparisons."""
+        self._known = inputs
+        self.by_head: dict[tuple[int, str], list[Known]] = {}
+        for k in inputs:
+            self.by_head.setdefault((k.head_len, k.head_sha256), []).append(k)
+        self.head_lens = sorted({k.head_len for k in inputs})
+
     def take_id(self, table: str) -> int:
         self.next[table] += 1
         return self.next[table] - 1
@@ -202,17 +216,11 @@ def _read_known(con: duckdb.DuckDBPyConnection) -> list[Known]:
 
 
 
-def _match(head: bytes, path: Path, known: list[Known]) -> Known | None:
+def _match(head: bytes, path: Path, cache: _CatalogCache) -> Known | None:
     """The stored input this file continues: same first bytes, same path preferred."""
     resolved = str(path.resolve())
-    digests: dict[int, str] = {}  # one hash per head length, not one per stored input
-
-    def digest_of(n: int) -> str:
-        if n not in digests:
-            digests[n] = hashlib.sha256(head[:n]).hexdigest()
-        return digests[n]
-
-    candidates = [k for k in known if len(head) >= k.head_len and digest_of(k.head_len) == k.head_sha256]
+    candidates = [k for n in cache.head_lens if len(head) >= n
+                  for k in cache.by_head.get((n, hashlib.sha256(head[:n]).hexdigest()), [])]
     candidates.sort(key=lambda k: (k.path != resolved, -k.bytes))
     return candidates[0] if candidates else None
 
@@ -268,7 +276,7 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
     except (OSError, EOFError, ValueError) as exc:
         rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
         return rep
-    known = _match(head, path, _known_inputs(store))
+    known = _match(head, path, _cache(store))
     # a file read before keeps the format it was read with
     fmt = forced or (formats.FORMATS.get(known.format) if known else None) or formats.sniff(head, path)
     if fmt is None:
