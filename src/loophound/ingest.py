@@ -129,10 +129,10 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
     seen: set[Path] = set()
     unique = []
     for p, shown in found:
-        key = p.resolve()
+        key = p.resolve()  # resolved once here: the catalog knows files by their real path
         if key not in seen:
             seen.add(key)
-            unique.append((p, shown))
+            unique.append((key, shown))
     return unique, passed_over
 
 
@@ -216,9 +216,8 @@ def _read_known(con: duckdb.DuckDBPyConnection) -> list[Known]:
 
 
 
-def _match(head: bytes, path: Path, cache: _CatalogCache) -> Known | None:
+def _match(head: bytes, resolved: str, cache: _CatalogCache) -> Known | None:
     """The stored input this file continues: same first bytes, same path preferred."""
-    resolved = str(path.resolve())
     candidates = [k for n in cache.head_lens if len(head) >= n
                   for k in cache.by_head.get((n, hashlib.sha256(head[:n]).hexdigest()), [])]
     candidates.sort(key=lambda k: (k.path != resolved, -k.bytes))
@@ -276,7 +275,7 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
     except (OSError, EOFError, ValueError) as exc:
         rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
         return rep
-    known = _match(head, path, _cache(store))
+    known = _match(head, str(path), _cache(store))  # `path` is resolved (discover)
     # a file read before keeps the format it was read with
     fmt = forced or (formats.FORMATS.get(known.format) if known else None) or formats.sniff(head, path)
     if fmt is None:
@@ -302,10 +301,10 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
 
 
 def _unchanged(path: Path, known: Known) -> bool:
-    """The file is, where it was, exactly as read last time: same size, same last bytes (by
+    """(`path` resolved.) The file is, where it was, exactly as read last time: same size, same last bytes (by
     their SHA-256). Checked first, so a scheduled scan of a folder of settled logs costs a
     stat and a 4 KiB read per file, not a batch each."""
-    if known.path != str(path.resolve()) or not known.tail_sha256 or compression_of(path):
+    if known.path != str(path) or not known.tail_sha256 or compression_of(path):
         return False
     try:
         if path.stat().st_size != known.bytes:

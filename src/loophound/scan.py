@@ -74,9 +74,10 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     goes_on = None
     if since is not None:
         goes_on = continuing(findings, before_doc, since)
-        con.execute("CREATE OR REPLACE TEMP TABLE _upto (input_id INTEGER, upto BIGINT)")
-        if marks := store.seen_by_last_scan():
-            con.executemany("INSERT INTO _upto VALUES (?, ?)", marks)
+        marks = store.seen_by_last_scan()  # one statement: a row each costs 0.3 ms
+        con.execute("CREATE OR REPLACE TEMP TABLE _upto AS SELECT CAST(unnest($i) AS INTEGER) "
+                    "AS input_id, CAST(unnest($u) AS BIGINT) AS upto",
+                    {"i": [m[0] for m in marks], "u": [m[1] for m in marks]})
     attributed, totals = attribute(con, findings, costs, for_report=since is None,
                                    continuing=goes_on)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
