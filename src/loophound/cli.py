@@ -396,6 +396,7 @@ _register_commands()
 def run() -> None:
     """Console entry point: a bug in loophound is reported in one paragraph, not a traceback
     (set LOOPHOUND_DEBUG=1 to see the traceback)."""
+    import gc
     import os
 
     try:
@@ -410,6 +411,12 @@ def run() -> None:
                   "This is a bug in loophound. Run again with LOOPHOUND_DEBUG=1 for the details "
                   "and report them.", highlight=False)
         sys.exit(3)
+    finally:
+        # The command's files are written and closed by now. What is left is the interpreter's
+        # teardown, whose last garbage collection walks every object DuckDB, pyarrow, numpy
+        # and typer made: 0.1 s of a scheduled scan's 1 s. Frozen objects are not walked;
+        # the process returns their memory when it ends.
+        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
 
 CHUNK_BYTES = 32 * 1024 * 1024
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -272,7 +271,7 @@ def complete_partial(raw_tail: bytes, state: ReadState) -> LineBatch | None:
     if not raw_tail:
         return None
     batch, _ = split_chunk(raw_tail + b"\n", state.next_line, state.next_offset)
-    lengths = pa.compute.subtract(batch.table["byte_length"], 1)
+    lengths = pa.array(batch.table["byte_length"].to_numpy() - 1, pa.int32())
     batch.table = batch.table.set_column(2, "byte_length", lengths)
     for r in batch.rejected:
         r.byte_length -= 1

@@ -46,7 +46,8 @@ WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
 """
 ATTEMPTS = """
-SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id
+SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id,
+       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash
 FROM events e
 JOIN _re_groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT DISTINCT FROM g.actor
              AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
@@ -77,18 +78,15 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
         con.unregister("_re_groups")
     if table.num_rows == 0:
         return []
-    # in time order within each group; equal times in log order (input, then line)
+    # in time order within each group; equal times in log order (input, then line); numpy
+    # only (pyarrow.compute costs a scheduled scan 50 ms to import)
     event_id = table["event_id"].to_numpy()
     t = table["t"].to_numpy()
     g = table["g"].to_numpy()
     order = np.lexsort((event_id, t, g))
-    table = table.take(order)
     g, t, event_id = g[order], t[order], event_id[order]
-    err_codes = table["error"].dictionary_encode().combine_chunks()
-    err = err_codes.indices.to_numpy(zero_copy_only=False)
-    err = np.where(table["error"].is_null().to_numpy(zero_copy_only=False), -1, err)
-    ok = table["ok"].to_numpy(zero_copy_only=False)
-    failed = (err >= 0) & ~ok
+    err = table["error_hash"].to_numpy()[order]  # the same error text, the same hash
+    failed = table["erred"].to_numpy()[order] & ~table["ok"].to_numpy()[order]
     gap = np.diff(t, prepend=t[0])
     brk = np.ones(len(t), dtype=bool)
     brk[1:] = ((g[1:] != g[:-1]) | (err[1:] != err[:-1]) | ~failed[:-1]
@@ -105,7 +103,7 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
         first_input = int(event_id[lo]) >> 32
         out.append({
             "actor": actor, "session": session, "action": action, "input": first_input,
-            "error": err_codes.dictionary[int(err[lo])].as_py(), "n": hi - lo,
+            "error": table["error"][int(order[lo])].as_py(), "n": hi - lo,
             "start": _ts(t[lo]), "stop": _ts(t[hi - 1]),
             "median_gap_ms": float(np.median(gaps)) if len(gaps) else None,
             "mean_gap_ms": float(gaps.mean()) if len(gaps) else None,
