@@ -265,3 +265,45 @@ def test_incremental_scans_add_up_to_what_one_full_scan_finds(tmp_path, monkeypa
         "finding-events-000001.parquet", "finding-events-000002-added.parquet",
         "finding-events-000003.parquet", "finding-events-000004-added.parquet"]
     assert len(Store(store).committed_files()["finding_events"]) == 2
+
+
+
+def test_a_watch_keeps_recent_events_in_memory_and_finds_what_a_cron_scan_finds(tmp_path,
+                                                                                monkeypatch):
+    """`watch` keeps each store's look-back window in memory between cycles: its findings
+    are those of scans that read the window from Parquet each time, and a window holding a
+    file the store no longer lists (a rewritten document's batches are replaced) is read
+    again."""
+    import datetime as dt
+
+    from loophound import store as store_module
+    from loophound.watch import previous_document
+
+    write_bproxy_log(tmp_path / "full", seed=5, storm_requests=900)
+    text = next((tmp_path / "full").glob("*.log")).read_text().splitlines(keepends=True)
+    docs = []
+    for keep in (False, True):
+        kept = store_module._KeptWindows()
+        kept.on = keep
+        monkeypatch.setattr(store_module, "_KEPT", kept)
+        monkeypatch.chdir(tmp_path / "full")  # the same relative paths in both findings
+        (tmp_path / "full" / f"{keep}").mkdir()
+        monkeypatch.chdir(tmp_path / "full" / f"{keep}")
+        Path("logs").mkdir()
+        for quarter in (1, 2, 3, 4):
+            Path("logs/daemon.log").write_text("".join(text[:len(text) * quarter // 4]))
+            CliRunner().invoke(app, ["scan", "logs", "--store", "st", "--incremental"])
+        docs.append(previous_document(Store("st")))
+        assert len(kept.windows) == keep  # kept only when asked
+    assert docs[1] == docs[0]
+    store = Store("st")
+    since = dt.datetime.fromisoformat(docs[1]["totals"]["end"].rstrip("Z")) - dt.timedelta(hours=1)
+
+    def window() -> list[tuple]:
+        return store.connect(since).execute("SELECT count(*), max(event_id) FROM events").fetchall()
+
+    with db.open_file(str(store.catalog)) as cat:
+        cat.execute("DELETE FROM batches WHERE batch_id = (SELECT max(batch_id) FROM batches)")
+    from_memory = window()
+    kept.on = False
+    assert from_memory == window()

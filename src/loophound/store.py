@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -328,6 +329,8 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     if since is not None:
         literal = since.isoformat(sep=" ", timespec="milliseconds")  # ours, not from a log
         events = f"SELECT * FROM ({events}) WHERE ts >= TIMESTAMP '{literal}'"
+        if _KEPT.on:
+            events = _KEPT.window(con, store, since, files["events"], events)
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
     _COPIES.pop(con, None)
@@ -351,6 +354,54 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
         from .findings_store import define_finding_views
 
         define_finding_views(con, files)
+
+
+@dataclass
+class _Window:
+    table: str  # in the process's in-memory database, which every cursor on it sees
+    files: set[str]  # the events files whose rows at or after `since` it holds
+    since: dt.datetime
+
+
+class _KeptWindows:
+    """The recent events of each store, kept in memory between the scans of one long-running
+    process (`watch`): each scan adds the files committed since the last one and drops what
+    fell out of its window, so its detectors query a table in memory instead of decoding the
+    same Parquet pages again (DuckDB reads a table of 70,000 events two to three times faster).
+    A window is rebuilt whenever a file it holds is no longer in the store (a rewritten
+    document replaces its batches) or a scan reaches further back than it."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.windows: dict[Path, _Window] = {}
+
+    def window(self, con: duckdb.DuckDBPyConnection, store: Store, since: dt.datetime,
+               files: list[str], select: str) -> str:
+        key = store.root.resolve()
+        w = self.windows.get(key)
+        literal = since.isoformat(sep=" ", timespec="milliseconds")
+        if w is None or since < w.since or not w.files <= set(store.committed_files()["events"]):
+            table = w.table if w else f"memory.main._window_{len(self.windows) + 1}"
+            con.execute(f"CREATE OR REPLACE TABLE {table} AS {select}")
+            w = self.windows[key] = _Window(table, set(files), since)
+        else:
+            new = [f for f in files if f not in w.files]
+            if new:
+                con.execute(f"INSERT INTO {w.table} BY NAME SELECT * FROM "
+                            f"({parquet_select(new, COLUMNS)}) WHERE ts >= TIMESTAMP '{literal}'")
+            con.execute(f"DELETE FROM {w.table} WHERE ts < TIMESTAMP '{literal}'")
+            w.files.update(new)
+            w.since = since
+        return f"SELECT * FROM {w.table}"
+
+
+_KEPT = _KeptWindows()
+
+
+def keep_windows() -> None:
+    """From now on, this process keeps each store's recent events in memory between scans
+    (for `watch`, which scans the same store every few minutes)."""
+    _KEPT.on = True
 
 
 def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:

@@ -59,6 +59,9 @@ def register(app: typer.Typer) -> None:
             nonlocal stopping
             stopping = True
 
+        from ..store import keep_windows
+
+        keep_windows()  # the same store every cycle: its recent events stay in memory
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         runs = 0
