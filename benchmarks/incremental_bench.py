@@ -11,8 +11,8 @@ Each scan is timed two ways. As cron runs it: a fresh process per scan, which re
 starting Python and importing loophound (paid on every run, whatever the store) apart from
 the scan itself; the process's wall time is printed too. As `loophound watch` runs it: one
 process that appends 1 MB and scans, again and again, calling what each cycle of `watch`
-calls (`cli.incremental_scan` through the command line), so start-up, imports and DuckDB's
-own set-up are paid once.
+calls (`cli.incremental_scan` through the command line, with the look-back window kept in
+memory as `watch` keeps it), so start-up, imports and DuckDB's own set-up are paid once.
 
     python benchmarks/incremental_bench.py [--repeat 3] [--keep DIR]
 """
@@ -54,6 +54,8 @@ sys.path.insert(0, sys.argv[1])
 from incremental_bench import last_time, storm_lines
 from pathlib import Path
 from loophound.cli import run
+from loophound.store import keep_windows
+keep_windows()  # as `loophound watch` does before its first cycle
 out, log, repeat, scan_args = sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 times = []
 for _ in range(repeat):
