@@ -327,8 +327,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     files = store.committed_files(since)
     events = parquet_select(files["events"], COLUMNS)
     if since is not None:
-        literal = since.isoformat(sep=" ", timespec="milliseconds")  # ours, not from a log
-        events = f"SELECT * FROM ({events}) WHERE ts >= TIMESTAMP '{literal}'"
+        events = f"SELECT * FROM ({events}) WHERE {_at_or_after(since)}"
         if _KEPT.on:
             events = _KEPT.window(con, store, since, files["events"], events)
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
@@ -356,6 +355,11 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
         define_finding_views(con, files)
 
 
+def _at_or_after(since: dt.datetime) -> str:
+    """`ts >= ...`: a time of ours, not from a log, so it is written as a literal."""
+    return f"ts >= TIMESTAMP '{since.isoformat(sep=' ', timespec='milliseconds')}'"
+
+
 @dataclass
 class _Window:
     table: str  # in the process's in-memory database, which every cursor on it sees
@@ -379,7 +383,6 @@ class _KeptWindows:
                files: list[str], select: str) -> str:
         key = store.root.resolve()
         w = self.windows.get(key)
-        literal = since.isoformat(sep=" ", timespec="milliseconds")
         if w is None or since < w.since or not w.files <= set(store.committed_files()["events"]):
             table = w.table if w else f"memory.main._window_{len(self.windows) + 1}"
             con.execute(f"CREATE OR REPLACE TABLE {table} AS {select}")
@@ -388,8 +391,8 @@ class _KeptWindows:
             new = [f for f in files if f not in w.files]
             if new:
                 con.execute(f"INSERT INTO {w.table} BY NAME SELECT * FROM "
-                            f"({parquet_select(new, COLUMNS)}) WHERE ts >= TIMESTAMP '{literal}'")
-            con.execute(f"DELETE FROM {w.table} WHERE ts < TIMESTAMP '{literal}'")
+                            f"({parquet_select(new, COLUMNS)}) WHERE {_at_or_after(since)}")
+            con.execute(f"DELETE FROM {w.table} WHERE NOT ({_at_or_after(since)})")
             w.files.update(new)
             w.since = since
         return f"SELECT * FROM {w.table}"
