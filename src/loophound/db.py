@@ -31,6 +31,15 @@ def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckD
     return con
 
 
+def temp_table(con: duckdb.DuckDBPyConnection, name: str,
+               columns: dict[str, tuple[str, list]]) -> None:
+    """The temporary table `name` made from Python lists (column: (SQL type, values)), in one
+    statement: inserting row by row costs 0.3 ms a row."""
+    cols = ", ".join(f"CAST(unnest(${c}) AS {t}) AS {c}" for c, (t, _) in columns.items())
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {cols}",
+                {c: values for c, (_, values) in columns.items()})
+
+
 @dataclass
 class _Attached:
     cursor: duckdb.DuckDBPyConnection  # default database: the file

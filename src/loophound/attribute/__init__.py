@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from .. import db
 from ..detect import DETECTORS, Finding
 from ..detect.base import severity_rank
 from .costs import CostModel, define_cost_view, load_cost_model
@@ -130,21 +131,22 @@ def _claim(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:
     """`_claims`: every finding's events (by index), with the answer lines of its requests."""
     # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
     con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
-    con.execute("CREATE OR REPLACE TEMP TABLE finding_units (fidx INTEGER, kind VARCHAR)")
-    # prio: who explains an event best, as one integer (detector rank, severity, then id)
-    con.execute("CREATE OR REPLACE TEMP TABLE _findx (fidx INTEGER, finding_id VARCHAR, "
-                "prio INTEGER)")
-    con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
-        SELECT x.finding_id, c.event_id, c.fidx FROM _claims c JOIN _findx x USING (fidx)""")
     order = sorted(range(len(findings)), key=lambda i: (
         DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
         -severity_rank(findings[i].severity), findings[i].id))
-    for prio, i in enumerate(order):
+    units = [(i, k) for i, f in enumerate(findings) for k in f.unit_kinds]
+    db.temp_table(con, "finding_units", {"fidx": ("INTEGER", [u[0] for u in units]),
+                                         "kind": ("VARCHAR", [u[1] for u in units])})
+    # prio: who explains an event best, as one integer (detector rank, severity, then id)
+    db.temp_table(con, "_findx", {"fidx": ("INTEGER", order),
+                                  "finding_id": ("VARCHAR", [findings[i].id for i in order]),
+                                  "prio": ("INTEGER", list(range(len(order))))})
+    con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
+        SELECT x.finding_id, c.event_id, c.fidx FROM _claims c JOIN _findx x USING (fidx)""")
+    for i in order:
         f = findings[i]
         con.execute(f"INSERT INTO _claims SELECT DISTINCT {i}, event_id FROM ({f.claim_sql})",
                     f.claim_params or None).fetchall()
-        con.executemany("INSERT INTO finding_units VALUES (?, ?)", [(i, k) for k in f.unit_kinds])
-        con.execute("INSERT INTO _findx VALUES (?, ?, ?)", [i, f.id, prio]).fetchall()
     _claim_answer_lines(con)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from .. import db
 from ..db import sql_literal
 from ..store import define_message_copies
 
@@ -70,10 +71,10 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel,
     (the view `events`, or a table of some of them) that costs something, materialised once
     per scan; `_copies(event_id, canon)`: second stored copies of one message, and the event
     they copy."""
-    con.execute("CREATE OR REPLACE TEMP TABLE _prices (model VARCHAR, p_in DOUBLE, p_out DOUBLE)")
-    if model.prices:
-        con.executemany("INSERT INTO _prices VALUES (?, ?, ?)",
-                        [(m, i, o) for m, (i, o) in sorted(model.prices.items())])
+    rows = sorted(model.prices.items())
+    db.temp_table(con, "_prices", {"model": ("VARCHAR", [m for m, _ in rows]),
+                                   "p_in": ("DOUBLE", [p[0] for _, p in rows]),
+                                   "p_out": ("DOUBLE", [p[1] for _, p in rows])})
     per_call = "NULL" if model.cost_per_call is None else repr(float(model.cost_per_call))
     # a message both parties stored is one call: only its first copy is priced
     define_message_copies(con)

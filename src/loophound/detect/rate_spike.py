@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 
+from .. import db
 from ..store import define_message_copies
 from .base import Detector, Finding, claim_units, human_duration, param
 
@@ -334,8 +335,9 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
     for fmt, _n, lo, q1, q99 in spans:
         w = bucket_width_s(max((q99 - q1) / 1000.0, 1.0), p.target_buckets)
         widths.append((fmt, w * 1000, (lo // (w * 1000)) * (w * 1000)))
-    con.execute("CREATE OR REPLACE TEMP TABLE _rs_widths (format VARCHAR, width BIGINT, origin BIGINT)")
-    con.executemany("INSERT INTO _rs_widths VALUES (?, ?, ?)", widths)
+    db.temp_table(con, "_rs_widths", {"format": ("VARCHAR", [w[0] for w in widths]),
+                                      "width": ("BIGINT", [w[1] for w in widths]),
+                                      "origin": ("BIGINT", [w[2] for w in widths])})
     table = con.sql(SERIES_SQL.format(copies=copies), params={"kinds": kinds}).to_arrow_table()
     con.execute("DROP TABLE _rs_widths")
     width_of = {f: (w, o) for f, w, o in widths}

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from .. import db
 from .base import Detector, Finding, claim_units, human_duration, param
 from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
@@ -147,9 +148,10 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
     for fid, (fmt, _n, lo, q1, q99) in enumerate(spans):
         w = bucket_width_s(max((q99 - q1) / 1000.0, 1.0), p.target_windows) * 1000
         widths.append((fid, fmt, w, (lo // w) * w))
-    con.execute("CREATE OR REPLACE TEMP TABLE _ua_widths (fid INTEGER, format VARCHAR, "
-                "width BIGINT, origin BIGINT)")
-    con.executemany("INSERT INTO _ua_widths VALUES (?, ?, ?, ?)", widths)
+    db.temp_table(con, "_ua_widths", {"fid": ("INTEGER", [w[0] for w in widths]),
+                                      "format": ("VARCHAR", [w[1] for w in widths]),
+                                      "width": ("BIGINT", [w[2] for w in widths]),
+                                      "origin": ("BIGINT", [w[3] for w in widths])})
     tb = con.sql(EVENTS_SQL.format(copies=copies), params={"kinds": kinds}).to_arrow_table()
     con.execute("DROP TABLE _ua_widths")
     if tb.num_rows == 0:

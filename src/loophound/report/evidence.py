@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from .. import db
 from ..lines import open_binary
 
 MAX_QUOTE_BYTES = 4000
@@ -60,8 +61,9 @@ def quote(con: duckdb.DuckDBPyConnection, wanted: list[tuple[str, int]]) -> dict
     out: dict[tuple[str, int], Evidence] = {k: Evidence(k[0], k[1]) for k in wanted}
     if not wanted:
         return out
-    con.execute("CREATE OR REPLACE TEMP TABLE _rep_wanted (file VARCHAR, line BIGINT)")
-    con.executemany("INSERT INTO _rep_wanted VALUES (?, ?)", sorted(set(wanted)))
+    keys = sorted(set(wanted))
+    db.temp_table(con, "_rep_wanted", {"file": ("VARCHAR", [k[0] for k in keys]),
+                                       "line": ("BIGINT", [k[1] for k in keys])})
     rows = con.execute(
         """SELECT e.file, e.line, e.byte_offset, e.byte_length, CAST(e.event_id >> 32 AS INTEGER)
            FROM events e SEMI JOIN _rep_wanted w ON w.file = e.file AND w.line = e.line

@@ -21,6 +21,7 @@ from typing import Any
 
 import duckdb
 
+from .. import db
 from ..attribute import UNIT_KINDS_ALL
 from ..store import define_message_copies
 from . import fmt
@@ -407,12 +408,12 @@ def _claims_pass(con, windows: dict[str, _Window]) -> dict[str, list[tuple]]:
     """One pass over every claimed event, grouped small: (kind, unit, owner, input, bucket, n)
     per finding. Nouns, overlaps, the inputs a finding touches and its rate chart all come
     from this, so a 600,000-event finding is joined once, not once per question."""
-    con.execute("CREATE OR REPLACE TEMP TABLE _rep_win (finding_id VARCHAR, lo TIMESTAMP, "
-                "hi TIMESTAMP, origin_ms BIGINT, width_ms BIGINT)")
-    if windows:
-        con.executemany("INSERT INTO _rep_win VALUES (?, ?, ?, ?, ?)",
-                        [(fid, w.lo, w.hi, w.origin_ms, w.width_s * 1000)
-                         for fid, w in sorted(windows.items())])
+    wins = sorted(windows.items())
+    db.temp_table(con, "_rep_win", {"finding_id": ("VARCHAR", [fid for fid, _ in wins]),
+                                    "lo": ("TIMESTAMP", [w.lo for _, w in wins]),
+                                    "hi": ("TIMESTAMP", [w.hi for _, w in wins]),
+                                    "origin_ms": ("BIGINT", [w.origin_ms for _, w in wins]),
+                                    "width_ms": ("BIGINT", [w.width_s * 1000 for _, w in wins])})
     rows = con.execute("""
       SELECT c.finding_id, r.kind, r.unit, r.owner, r.input_id,
              CASE WHEN r.ts BETWEEN w.lo AND w.hi
