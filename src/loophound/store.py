@@ -333,6 +333,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
     _COPIES.pop(con, None)
+    _KINDS.pop(con, None)
     _copy_catalog(con, store)
     con.execute(
         "CREATE OR REPLACE TEMP VIEW quarantine AS "
@@ -430,10 +431,8 @@ def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
     redefines `events`, drops it."""
     if con in _COPIES:
         return _COPIES[con]
-    # a log without messages needs no window over them (the kind filter alone skips the
-    # Parquet pages; a condition on corr_id would read them)
-    if not con.execute("SELECT count(*) FROM events WHERE kind IN ('message', 'room_post')"
-                       ).fetchall()[0][0]:
+    # a log without messages needs no window over them
+    if not event_kinds(con) & {"message", "room_post"}:
         con.execute("CREATE OR REPLACE TEMP TABLE _copies (event_id BIGINT, canon BIGINT)")
         _COPIES[con] = 0
         return 0
@@ -448,6 +447,17 @@ def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
 
 # connections whose `_copies` is built, and how many copies it holds
 _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def event_kinds(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The kinds of event in `events`, read once per connection (which detectors have
+    anything to read, whether there are messages to count once); `define_views` forgets it."""
+    if con not in _KINDS:
+        _KINDS[con] = {k for (k,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
+    return _KINDS[con]
+
+
+_KINDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:

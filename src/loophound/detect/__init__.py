@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 
 from ..registry import present
+from ..store import event_kinds
 from .base import Detector, Finding, param_docs
 
 _MODULES = (
@@ -90,7 +91,7 @@ def settings(config_file: Path | None = None, overrides: list[str] = ()) -> dict
 def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
                   only: list[str] | None = None) -> list[Finding]:
     """Run every detector (or `only` these) over the views in `con`."""
-    present = {k for (k,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
+    present = event_kinds(con)
     names = [n for n, d in DETECTORS.items() if (not only or n in only)
              and (not d.reads or present.intersection(d.reads))]
     findings: list[Finding] = []
