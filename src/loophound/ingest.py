@@ -375,6 +375,13 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
             else:
                 hasher, tail_before = resumed
                 state = ReadState(next_line=known.lines + 1, next_offset=known.bytes)
+        input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
+        ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
+                            options={"mapping": options.mapping} if options.mapping else {})
+        con = db.scratch()
+        create_batch_table(con)
+        batch_id = _next_id(store, "batches", "batch_id")
+        sink = _ChunkSink(con, fmt, ctx, store, batch_id)
         rejected: list[Rejected] = []
         first_offset = state.next_offset
         range_hash = hashlib.sha256()
@@ -402,19 +409,10 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 state.next_offset += 1
             elif first:
                 stream = _Prepend(first, stream)
-        # lines are read and split in a thread of their own from here, while the tables and
-        # the Parquet writer that take them are set up
-        chunks = _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
-                                        on_read=on_read, max_line_bytes=options.max_line_bytes))
-        input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
-        ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
-                            options={"mapping": options.mapping} if options.mapping else {})
-        con = db.scratch()
-        create_batch_table(con)
-        batch_id = _next_id(store, "batches", "batch_id")
-        sink = _ChunkSink(con, fmt, ctx, store, batch_id)
         mapper = _Mapper(con, fmt, ctx)
         try:
+            chunks = _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
+                                            on_read=on_read, max_line_bytes=options.max_line_bytes))
             batch = next(chunks, None)
             while batch is not None:
                 rejected.extend(mapper.map(batch))
@@ -594,8 +592,7 @@ class _ChunkSink:
 
 def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBatch]:
     """Split the next chunk on a second thread while DuckDB maps this one (numpy, hashlib and
-    file reads release the GIL), so reading costs little on top of parsing. The thread starts
-    at once, not at the first chunk asked for."""
+    file reads release the GIL), so reading costs little on top of parsing."""
     q: queue.Queue = queue.Queue(maxsize=depth)
     done = object()
     failure: list[BaseException] = []
@@ -609,16 +606,13 @@ def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBa
         finally:
             q.put(done)
 
-    def consume() -> Iterator[LineBatch]:
-        while (item := q.get()) is not done:
-            yield item
-        t.join()
-        if failure:
-            raise failure[0]
-
     t = threading.Thread(target=produce, daemon=True)
     t.start()
-    return consume()
+    while (item := q.get()) is not done:
+        yield item
+    t.join()
+    if failure:
+        raise failure[0]
 
 
 class _Mapper:
