@@ -307,3 +307,29 @@ def test_a_watch_keeps_recent_events_in_memory_and_finds_what_a_cron_scan_finds(
     from_memory = window()
     kept.on = False
     assert from_memory == window()
+
+
+def test_a_kept_window_follows_its_start_and_is_written_afresh_as_rows_drop_out(tmp_path,
+                                                                               monkeypatch):
+    """As the look-back window moves on, `watch`'s copy in memory holds exactly the events the
+    Parquet files hold for it, and is written afresh once as many rows went as are left
+    (DuckDB keeps the memory of deleted rows otherwise)."""
+    from loophound import store as store_module
+
+    kept = store_module._KeptWindows()
+    monkeypatch.setattr(store_module, "_KEPT", kept)
+    write_bproxy_log(tmp_path / "logs", seed=5, storm_requests=100)
+    store = Store(tmp_path / "st")
+    CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "--store", str(store.root)])
+    lo, hi = store.connect().execute("SELECT min(ts), max(ts) FROM events").fetchall()[0]
+    query = "SELECT count(*), min(ts), sum(event_id) FROM events"
+    first = None
+    for step in range(1, 6):
+        since = lo + (hi - lo) * step / 6
+        kept.on = True
+        from_memory = store.connect(since).execute(query).fetchall()
+        kept.on = False
+        assert from_memory == store.connect(since).execute(query).fetchall()
+        first = first or from_memory[0][0]
+    window = next(iter(kept.windows.values()))
+    assert 0 <= window.dropped < first - from_memory[0][0]
