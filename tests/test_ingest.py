@@ -81,6 +81,25 @@ def test_answer_lines_name_their_request_even_when_it_came_in_an_earlier_run(tmp
         (1, 3, "SESSION_NOT_FOUND"), (2, 1, None), (5, 2, "SESSION_NOT_FOUND")]
 
 
+def test_an_answer_finds_its_request_batches_back(tmp_path, monkeypatch):
+    """A response is looked for among the file's newest batches first, then among all."""
+    from loophound import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "RECENT", 1)
+    log = tmp_path / "d.log"
+    log.write_text(pino(1))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    for more in (pair(2), pino(1, "response") + pair(3)):  # the answer two runs later
+        with log.open("a") as fh:
+            fh.write(more)
+        ingest([str(log)], store)
+    rows = q(store, "SELECT line, kind, answers, event_id FROM events ORDER BY line")
+    ids = {line: event_id for line, _, _, event_id in rows}
+    assert [(line, answers) for line, kind, answers, _ in rows if kind == "response"] == [
+        (3, ids[2]), (4, ids[1]), (6, ids[5])]
+
+
 def test_a_store_written_before_a_column_existed_reads_it_as_null(tmp_path):
     import pyarrow.parquet as pq
 

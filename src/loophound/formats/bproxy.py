@@ -65,9 +65,8 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
         EXCEPT SELECT corr_id FROM batch WHERE kind = 'request'""")
     earlier = ""
     if con.execute("SELECT count(*) FROM _orphans").fetchall()[0][0]:
-        earlier = """UNION ALL SELECT s.event_id, s.corr_id, s.action, s.session, s.actor
-            FROM stored_events s SEMI JOIN _orphans o ON s.corr_id = o.corr_id
-            WHERE s.kind = 'request'"""
+        _find_requests(con)
+        earlier = "UNION ALL SELECT event_id, corr_id, action, session, actor FROM _found"
     con.execute(f"""
       UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor),
                        answers = q.event_id
@@ -80,6 +79,20 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """)
 
 
+def _find_requests(con: duckdb.DuckDBPyConnection) -> None:
+    """`_found`: the stored requests the orphans answer, looked for in the file's newest
+    batches first (where they almost always are), in all of them only for those still
+    missing: a log scanned every few minutes has hundreds of batches."""
+    found = """SELECT s.event_id, s.corr_id, s.action, s.session, s.actor
+               FROM {view} s SEMI JOIN _orphans o ON s.corr_id = o.corr_id
+               WHERE s.kind = 'request'"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _found AS {found.format(view='recent_stored_events')}")
+    if con.execute("SELECT count(*) FROM (SELECT corr_id FROM _orphans "
+                   "EXCEPT SELECT corr_id FROM _found)").fetchall()[0][0]:
+        con.execute(f"""INSERT INTO _found {found.format(view='stored_events')}
+                        AND s.corr_id NOT IN (SELECT corr_id FROM _found)""")
+
+
 def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Trimmed logs have no request id: a line belongs to the `received` line before it."""
     idless = con.execute(
@@ -88,9 +101,11 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
     ).fetchall()[0][0]
     if not idless:
         return
-    before = con.execute(
-        "SELECT max(line) FROM stored_events WHERE kind = 'request'"
-    ).fetchall()[0][0]
+    before = None  # the last request stored: in the newest batches, unless there is none
+    for view in ("recent_stored_events", "stored_events"):
+        before = con.execute(f"SELECT max(line) FROM {view} WHERE kind = 'request'").fetchall()[0][0]
+        if before is not None:
+            break
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE batch AS
