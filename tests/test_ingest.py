@@ -381,3 +381,26 @@ def test_an_append_is_hashed_alone_even_after_runs_that_found_nothing_new(tmp_pa
     assert ingest([str(log)], store).events == 2
     assert sum(hashed) == len(extra)
     assert q(store, "SELECT sha256 FROM inputs") == [(hashlib.sha256(log.read_bytes()).hexdigest(),)]
+
+
+def test_a_rewritten_companion_replaces_its_rows_and_their_files(tmp_path):
+    """LabTrust rewrites results.json whole: its rows are replaced, and the Parquet files of
+    the rows that no longer stand are deleted with them, not left for a search of the store."""
+    import json as json_module
+
+    from loophound.synth.labtrust import write_labtrust_run
+
+    write_labtrust_run(tmp_path / "run", seed=3)
+    store = Store(tmp_path / "st")
+    ingest([str(tmp_path / "run")], store)
+    metrics = "SELECT count(*) FROM events WHERE kind = 'episode_metrics'"
+    first = q(store, metrics)
+    files = set((tmp_path / "st" / "events").glob("*.parquet"))
+    results = tmp_path / "run" / "results.json"
+    doc = json_module.loads(results.read_text())
+    doc["episodes"] = doc["episodes"] * 2  # the run went on: twice the episodes
+    results.write_text(json_module.dumps(doc))
+    ingest([str(tmp_path / "run")], store)
+    now = set((tmp_path / "st" / "events").glob("*.parquet"))
+    assert q(store, metrics) == [(2 * first[0][0],)]
+    assert len(now - files) == 1 and len(files - now) == 1  # the old rows' file went too

@@ -333,3 +333,25 @@ def test_a_kept_window_follows_its_start_and_is_written_afresh_as_rows_drop_out(
         first = first or from_memory[0][0]
     window = next(iter(kept.windows.values()))
     assert 0 <= window.dropped < first - from_memory[0][0]
+
+
+def test_files_a_killed_run_left_are_removed_and_a_clean_store_is_not_searched(tmp_path,
+                                                                                monkeypatch):
+    """A writer that ends normally leaves the mark `clean`: the next one need not list the
+    store's folders (thousands of files after a month of scheduled scans). Without the mark
+    (a kill, a failure), the next writer deletes the files no commit lists."""
+    write_bproxy_log(tmp_path / "logs", seed=5, storm_requests=50)
+    store = tmp_path / "st"
+    CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
+    before = events_of(store)
+    searched = []
+    original = Store._remove_orphans
+    monkeypatch.setattr(Store, "_remove_orphans", lambda self: searched.append(1) or original(self))
+    assert (store / "clean").exists()
+    orphan = store / "events" / "00099-0999999.parquet"  # what a killed run wrote last
+    shutil.copy(next((store / "events").glob("*.parquet")), orphan)
+    (store / "clean").unlink()
+    CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
+    assert searched == [1] and not orphan.exists() and (store / "clean").exists()
+    CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
+    assert searched == [1] and events_of(store) == before

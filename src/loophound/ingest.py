@@ -782,7 +782,11 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
     with store.catalog_connection() as cat:
         cat.execute("BEGIN")
         cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
+        replaced = []
         if replace:  # a rewritten whole document: its earlier rows no longer stand
+            replaced = [f for row in cat.execute(
+                "SELECT events_file, quarantine_file FROM batches WHERE input_id = ?",
+                [input_id]).fetchall() for f in row if f]
             cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
         cat.execute(
             "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -806,6 +810,8 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
         cache.known = _read_known(cat)
         if replace:
             cache.files_of = _events_files_by_input(cat, store)
+            for rel in replaced:  # no longer listed; a kill before this leaves them to the next run
+                (store.root / rel).unlink(missing_ok=True)
         elif ev_rel:
             cache.files_of.setdefault(input_id, []).append(str((store.root / ev_rel).resolve()))
 

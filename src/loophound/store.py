@@ -149,13 +149,20 @@ class Store:
                     on_wait()
                 fcntl.flock(fd, fcntl.LOCK_EX)
             Store._held[key] = 1
+            # `clean`: the last writer ended normally, so no file it wrote is uncommitted and
+            # the folders (thousands of files after a month of scheduled scans) need no look
+            clean = self.root / "clean"
             with contextlib.ExitStack() as held:
                 con = held.enter_context(self.catalog_connection())
                 con.execute(CATALOG_SCHEMA)
                 if not hold_catalog:
                     held.close()
-                self._remove_orphans()
+                if clean.exists():
+                    clean.unlink()
+                else:  # killed, failed, or written by a version that did not leave the mark
+                    self._remove_orphans()
                 yield
+                clean.touch()
         finally:
             Store._held.pop(key, None)
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -319,7 +326,8 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     """Create the documented views in `con` over the store's committed files, `events` over
     those at or after `since` when it is given (scheduled scans read what is recent: the
     files are chosen by their time range in the catalog, their row groups by their
-    statistics, and each query reads just its own columns).
+    statistics, and each query reads just its own columns; such a window has the views
+    detection reads, not `quarantine`, `findings` or `finding_events`).
 
     The catalog's own tables are copied in, not attached, so that a long analysis session
     never holds a lock that would stall the next scan.
@@ -335,6 +343,16 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     _COPIES.pop(con, None)
     _KINDS.pop(con, None)
     _copy_catalog(con, store)
+    con.execute("""CREATE OR REPLACE TEMP VIEW inputs AS
+      SELECT display_path AS path, format, compression, sha256, bytes, lines,
+             pending_length AS pending_bytes, first_seen, last_read, input_id
+      FROM _inputs""")
+    for name, sql in DERIVED_VIEWS.items():
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+    if since is not None:
+        # a window is a scheduled scan's: its detectors read neither the quarantine nor earlier
+        # findings, whose files grow in number with every scan
+        return
     con.execute(
         "CREATE OR REPLACE TEMP VIEW quarantine AS "
         f"{parquet_select(files['quarantine'], QUARANTINE_COLUMNS)} UNION ALL BY NAME "
@@ -344,16 +362,9 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
              || 'it is read once it is complete' AS detail, pending_preview AS preview
            FROM _inputs WHERE pending_length > 0"""
     )
-    con.execute("""CREATE OR REPLACE TEMP VIEW inputs AS
-      SELECT display_path AS path, format, compression, sha256, bytes, lines,
-             pending_length AS pending_bytes, first_seen, last_read, input_id
-      FROM _inputs""")
-    for name, sql in DERIVED_VIEWS.items():
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
-    if since is None:  # a window is a scheduled scan's, which reads no earlier findings
-        from .findings_store import define_finding_views
+    from .findings_store import define_finding_views
 
-        define_finding_views(con, files)
+    define_finding_views(con, files)
 
 
 def _at_or_after(since: dt.datetime) -> str:
