@@ -1,11 +1,13 @@
 """Benchmark: a scheduled `scan --incremental` after 1 MB was appended to a big log.
 
-Builds three stores: from half of the full-size seed-001 incident, from all of it, and from
-all of it with 300 settled older logs in the same folder (a directory that cron has scanned
-for months). Appends the same 1 MB of new storm lines to the incident log of each, and times
-the incremental scan of each (ingest of the new bytes, detection, saving), each in a fresh
-process, several times. If the scan reads only what is new, the times are close although the
-stores differ twice in size and 300-fold in files.
+Builds four stores: from half of the full-size seed-001 incident, from all of it, from all of
+it with 300 settled older logs in the same folder (a directory that cron has scanned for
+months), and from all of it followed by a day of five-minute appends, each ingested alone
+(288 batches of the one log, as a day of scheduled scans leaves them). Appends the same 1 MB
+of new storm lines to the incident log of each, and times the incremental scan of each
+(ingest of the new bytes, detection, saving) several times. If the scan reads only what is
+new, the times are close although the stores differ twice in size, 300-fold in files and
+288-fold in batches.
 
 Each scan is timed two ways. As cron runs it: a fresh process per scan, which reports
 starting Python and importing loophound (paid on every run, whatever the store) apart from
@@ -70,6 +72,22 @@ for _ in range(repeat):
     times.append(time.perf_counter() - t0)
 with open(out, "w") as fh:
     json.dump(times, fh)
+"""
+
+
+# A day of five-minute appends to the log, each ingested on its own: 288 batches.
+DAY_RUNNER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from incremental_bench import last_time, storm_lines
+from pathlib import Path
+from loophound.ingest import ingest
+from loophound.store import Store
+log, store = Path(sys.argv[2]), Store(sys.argv[3])
+for _ in range(int(sys.argv[4])):
+    with log.open("ab") as fh:
+        fh.write(storm_lines(last_time(log) + 300_000, 4096))
+    ingest([str(log)], store)
 """
 
 
@@ -140,7 +158,9 @@ def main() -> None:
     first_ms = json.loads(data[: data.index(b"\n")])["time"]
     results = {}
     # (name, the incident log's bytes, how many settled older logs share its folder)
-    for name, content, older in (("half", half, 0), ("full", data, 0), ("full+300", data, 300)):
+    # (name, the incident log's bytes, settled older logs beside it, five-minute appends after)
+    for name, content, older, appends in (("half", half, 0, 0), ("full", data, 0, 0),
+                                          ("full+300", data, 300, 0), ("full+day", data, 0, 288)):
         d = work / name
         shutil.rmtree(d, ignore_errors=True)
         (d / "logs").mkdir(parents=True)
@@ -151,6 +171,11 @@ def main() -> None:
                 storm_lines(first_ms - (older - i) * 3_600_000, 2000))
         store = d / "store"
         first = scan(d / "logs", store, work)
+        if appends:
+            subprocess.run([sys.executable, "-c", DAY_RUNNER, str(Path(__file__).parent), str(log),
+                            str(store), str(appends)], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            scan(d / "logs", store, work)  # the findings of the day
         runs = []
         for _ in range(args.repeat):
             with log.open("ab") as fh:
@@ -162,7 +187,8 @@ def main() -> None:
         med["watch"] = statistics.median(cycles)
         results[name] = (len(content), med)
         each = ", ".join(f"{r['scan']:.2f}" for r in runs)
-        files = f" + {older} older logs" if older else ""
+        files = (f" + {older} older logs" if older else "") + \
+            (f" + {appends} five-minute batches" if appends else "")
         print(f"{name:8s} store of {len(content) / 2**20:6.1f} MiB{files} (first scan "
               f"{first['wall']:.2f} s), +1 MiB appended, medians:\n"
               f"  watch cycle: the scan {med['watch']:.2f} s "
@@ -172,11 +198,13 @@ def main() -> None:
               f"{med['imports']:.2f} s\n"
               f"  nothing new: the scan itself {quiet['scan']:.2f} s")
     (h, hm), (f, fm), (_, many) = results["half"], results["full"], results["full+300"]
+    day = results["full+day"][1]
     print(f"growth: store ×{f / h:.2f} → watch cycle ×{fm['watch'] / hm['watch']:.2f}, "
           f"the scan itself ×{fm['scan'] / hm['scan']:.2f}, as a command "
           f"×{fm['wall'] / hm['wall']:.2f}; 300 more files in the folder and the store → "
           f"watch cycle ×{many['watch'] / fm['watch']:.2f}, the scan itself "
-          f"×{many['scan'] / fm['scan']:.2f}")
+          f"×{many['scan'] / fm['scan']:.2f}; a day of batches after it → watch cycle "
+          f"×{day['watch'] / fm['watch']:.2f}, the scan itself ×{day['scan'] / fm['scan']:.2f}")
     if not args.keep:
         shutil.rmtree(work)
 
