@@ -355,3 +355,23 @@ def test_files_a_killed_run_left_are_removed_and_a_clean_store_is_not_searched(t
     assert searched == [1] and not orphan.exists() and (store / "clean").exists()
     CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
     assert searched == [1] and events_of(store) == before
+
+
+def test_a_scheduled_scan_takes_in_what_another_process_ingested(tmp_path):
+    """New batches are new whoever committed them: after a `loophound ingest` by hand, the
+    next scheduled scan finds no new bytes in its logs but still scans what was added."""
+    from loophound.watch import previous_document
+
+    write_bproxy_log(tmp_path / "full", seed=5, storm_requests=900)
+    text = next((tmp_path / "full").glob("*.log")).read_text().splitlines(keepends=True)
+    logs, store = tmp_path / "logs", tmp_path / "st"
+    logs.mkdir()
+    runner = CliRunner()
+    (logs / "daemon.log").write_text("".join(text[:len(text) // 2]))
+    runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
+    before = previous_document(Store(store))["totals"]["events"]
+    (logs / "daemon.log").write_text("".join(text))
+    runner.invoke(app, ["ingest", str(logs), "--store", str(store)])
+    later = runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
+    assert "0 new events" in later.stderr and "nothing to scan" not in later.stderr
+    assert previous_document(Store(store))["totals"]["events"] > before

@@ -210,8 +210,7 @@ def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
                 if not quiet:
                     print_ingest_report(report, store)
             s = _open_store(store)
-            if (incremental and report is not None and not report.events
-                    and not report.quarantined and previous_findings(s)):
+            if incremental and previous_findings(s) and not s.has_unseen_batches():
                 return None, report
             costs = load_cost_model(prices, DEFAULT_COST_PER_CALL if cost_per_call is None
                                     else (cost_per_call if cost_per_call >= 0 else None))

@@ -84,6 +84,14 @@ ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS batches_seen INTEGER;
 """
 
 
+# The newest batch the last scan kept in the store had seen (runs from before the column
+# existed: the newest batch committed before the scan started).
+_LAST_SEEN = """WITH last AS (
+  SELECT coalesce(batches_seen, (SELECT max(batch_id) FROM batches b
+                                 WHERE b.committed <= r.started)) AS seen
+  FROM findings_runs r ORDER BY run_id DESC LIMIT 1)"""
+
+
 class StoreBusy(RuntimeError):
     pass
 
@@ -219,14 +227,18 @@ class Store:
         scheduled scan adds to the figures it continues. By batch, not by time, so a line
         that arrives late, or a response stamped after its finding's end, counts once."""
         with self.catalog_connection(read_only=True) as con:
-            return con.execute("""
-                WITH last AS (
-                  SELECT coalesce(batches_seen, (SELECT max(batch_id) FROM batches b
-                                                 WHERE b.committed <= r.started)) AS seen
-                  FROM findings_runs r ORDER BY run_id DESC LIMIT 1)
+            return con.execute(f"""{_LAST_SEEN}
                 SELECT input_id, (CAST(input_id AS BIGINT) << 32) + max(end_line)
                 FROM batches, last WHERE batch_id <= last.seen
                 GROUP BY input_id ORDER BY input_id""").fetchall()
+
+    def has_unseen_batches(self) -> bool:
+        """Whether batches were committed since the last scan kept in the store (by this
+        process or by any other, e.g. a `loophound ingest` run by hand)."""
+        with self.catalog_connection(read_only=True) as con:
+            return con.execute(f"""{_LAST_SEEN}
+                SELECT count(*) > 0 FROM batches
+                WHERE batch_id > coalesce((SELECT seen FROM last), -1)""").fetchall()[0][0]
 
     def committed_files(self, since: dt.datetime | None = None) -> dict[str, list[str]]:
         """Absolute paths of the committed Parquet files, by kind. With `since`, only the
