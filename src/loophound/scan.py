@@ -23,6 +23,8 @@ from .detect.base import SEVERITIES, param_docs
 from .store import ADDED, Store
 from .watch import Tracked, previous_document, track
 
+MAX_ADDED = 32  # a scheduled scan's claim files merged into one every this many scans
+
 
 @dataclass
 class ScanResult:
@@ -126,7 +128,20 @@ def continuing(findings: list, before: dict, since: dt.datetime) -> dict[int, st
     return out
 
 
-_ADDED = ("events", "lines", "bytes", "tokens", "unpriced_tokens")
+# figures that add up across scans: a continuing finding's, and the whole log's totals
+_SUMMED = ("events", "lines", "bytes", "tokens", "unpriced_tokens")
+
+
+def _plus(before: dict, new: dict) -> dict:
+    """`before` with `new`'s figures added: counts, cost (None while nothing is priced) and
+    the events per cost basis."""
+    out = dict(before)
+    for key in _SUMMED:
+        out[key] = before[key] + new[key]
+    out["cost_usd"] = _add_cost(before["cost_usd"], new["cost_usd"])
+    out["cost_basis"] = {k: before["cost_basis"].get(k, 0) + new["cost_basis"].get(k, 0)
+                         for k in sorted(before["cost_basis"].keys() | new["cost_basis"].keys())}
+    return out
 
 
 def continue_findings(before: dict, window: dict, goes_on: dict[str, str],
@@ -142,13 +157,10 @@ def continue_findings(before: dict, window: dict, goes_on: dict[str, str],
             merged[w["id"]] = w
             continue
         prev = merged[goes_on[w["id"]]]
-        m = merged[prev["id"]] = dict(prev)
-        for key in _ADDED:
-            m[key] = prev[key] + w[key]
-        m["cost_usd"] = _add_cost(prev["cost_usd"], w["cost_usd"])
-        m["cost_basis"] = _add_counts(prev["cost_basis"], w["cost_basis"])
-        m["attributed"] = {k: (_add_cost if k == "cost_usd" else int.__add__)(
-            prev["attributed"][k], w["attributed"][k]) for k in prev["attributed"]}
+        m = merged[prev["id"]] = _plus(prev, w)
+        share, more = prev["attributed"], w["attributed"]
+        m["attributed"] = {k: _add_cost(share[k], more[k]) if k == "cost_usd" else share[k] + more[k]
+                           for k in share}
         m["end"] = max(prev["end"], w["end"])
         if m["start"]:
             m["duration_s"] = round((_parse_iso(m["end"]) - _parse_iso(m["start"])).total_seconds(),
@@ -171,17 +183,9 @@ def _add_cost(a: float | None, b: float | None) -> float | None:
     return None if a is None and b is None else round((a or 0) + (b or 0), 6)
 
 
-def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(a.keys() | b.keys())}
-
-
 def _continued_totals(before: dict, new: dict) -> dict:
     """Whole-log totals: the last scan's, plus those of the events it had not seen."""
-    out = dict(before)
-    for key in _ADDED:
-        out[key] = before[key] + new[key]
-    out["cost_usd"] = _add_cost(before["cost_usd"], new["cost_usd"])
-    out["cost_basis"] = _add_counts(before["cost_basis"], new["cost_basis"])
+    out = _plus(before, new)
     out["start"] = min(filter(None, (before["start"], new["start"])), default=None)
     out["end"] = max(filter(None, (before["end"], new["end"])), default=None)
     return out
@@ -240,8 +244,6 @@ def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
 
         define_finding_views(con, store.committed_files())
 
-
-MAX_ADDED = 32
 
 
 def detector_docs() -> list[tuple[str, str, list[tuple[str, object, str]]]]:
