@@ -352,8 +352,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
             events = _KEPT.window(con, store, since, files["events"], events)
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
-    _COPIES.pop(con, None)
-    _KINDS.pop(con, None)
+    _DERIVED.pop(con, None)
     _copy_catalog(con, store)
     con.execute("""CREATE OR REPLACE TEMP VIEW inputs AS
       SELECT display_path AS path, format, compression, sha256, bytes, lines,
@@ -457,37 +456,40 @@ def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
     one per node, with the same message id), and the event it copies. Rates, units and costs
     count a message once; findings still claim both copies, whose lines are the loop's.
     Returns how many copies there are. Built once per connection (rate_spike, unusual_actor
-    and the cost view all need it; `_COPIES` remembers it was); `define_views`, which
-    redefines `events`, drops it."""
-    if con in _COPIES:
-        return _COPIES[con]
-    # a log without messages needs no window over them
-    if not event_kinds(con) & {"message", "room_post"}:
+    and the cost view all need it)."""
+    return _once(con, "copies", lambda: _build_copies(con))
+
+
+def _build_copies(con: duckdb.DuckDBPyConnection) -> int:
+    if not event_kinds(con) & {"message", "room_post"}:  # no messages: no window over them
         con.execute("CREATE OR REPLACE TEMP TABLE _copies (event_id BIGINT, canon BIGINT)")
-        _COPIES[con] = 0
         return 0
     con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
         SELECT event_id, canon FROM (
           SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
           FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
         WHERE event_id <> canon""")
-    _COPIES[con] = con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
-    return _COPIES[con]
-
-
-# connections whose `_copies` is built, and how many copies it holds
-_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
 
 
 def event_kinds(con: duckdb.DuckDBPyConnection) -> set[str]:
     """The kinds of event in `events`, read once per connection (which detectors have
-    anything to read, whether there are messages to count once); `define_views` forgets it."""
-    if con not in _KINDS:
-        _KINDS[con] = {k for (k,) in con.execute("SELECT DISTINCT kind FROM events").fetchall()}
-    return _KINDS[con]
+    anything to read, whether there are messages to count once)."""
+    return _once(con, "kinds", lambda: {k for (k,) in con.execute(
+        "SELECT DISTINCT kind FROM events").fetchall()})
 
 
-_KINDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+def _once(con: duckdb.DuckDBPyConnection, name: str, compute):
+    """What `compute` says of `con`'s events, worked out once per connection; `define_views`,
+    which redefines `events`, forgets it."""
+    memo = _DERIVED.setdefault(con, {})
+    if name not in memo:
+        memo[name] = compute()
+    return memo[name]
+
+
+# per connection: what was derived from its `events` (see `_once`)
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:

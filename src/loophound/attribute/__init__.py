@@ -15,6 +15,7 @@ import duckdb
 from .. import db
 from ..detect import DETECTORS, Finding
 from ..detect.base import severity_rank
+from ..store import define_message_copies
 from .costs import CostModel, define_cost_view, load_cost_model
 
 
@@ -84,7 +85,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         LEFT JOIN event_costs ec USING (event_id)""")
     con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
         SELECT o.event_id, o.fidx, x.finding_id FROM _event_facts o JOIN _findx x USING (fidx)""")
-    copies = con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
+    copies = define_message_copies(con)  # built by the cost view; how many there are
     # a unit is counted once: a second stored copy only when its first is not claimed (owned)
     # by the same finding; the joins that decide it are needed only when there are copies
     unit, owned_unit, copy_joins = ("u.kind IS NOT NULL",) * 2 + ("",)
