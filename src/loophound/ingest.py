@@ -159,6 +159,8 @@ class _CatalogCache:
     lock nobody else changes it, and each open of the catalog costs tens of milliseconds."""
 
     def __init__(self, store: Store):
+        self.by_head: dict[tuple[int, str], list[Known]] = {}
+        self.head_lens: set[int] = set()  # the stored head lengths: a hash each to look up
         with store.catalog_connection(read_only=True) as con:
             self.known = _read_known(con)
             self.next = {t: con.execute(f"SELECT coalesce(max({c}), 0) + 1 FROM {t}").fetchall()[0][0]
@@ -167,17 +169,25 @@ class _CatalogCache:
 
     @property
     def known(self) -> list[Known]:
-        return self._known
+        return list(self._known.values())
 
     @known.setter
     def known(self, inputs: list[Known]) -> None:
-        """Also indexed by (head length, head SHA-256): a folder of 300 logs is matched with
-        300 lookups, not 300 × 300 comparisons."""
-        self._known = inputs
-        self.by_head: dict[tuple[int, str], list[Known]] = {}
+        self._known: dict[int, Known] = {}
         for k in inputs:
-            self.by_head.setdefault((k.head_len, k.head_sha256), []).append(k)
-        self.head_lens = sorted({k.head_len for k in inputs})
+            self.remember(k)
+
+    def remember(self, k: Known) -> None:
+        """What the catalog now says of input `k.input_id`, kept as a commit writes it (not read
+        back: a first scan of 300 logs would read all inputs 300 times). Indexed by (head
+        length, head SHA-256), so a folder of 300 logs is matched with 300 lookups, not
+        300 × 300 comparisons."""
+        old = self._known.get(k.input_id)
+        if old is not None:
+            self.by_head[(old.head_len, old.head_sha256)].remove(old)
+        self._known[k.input_id] = k
+        self.by_head.setdefault((k.head_len, k.head_sha256), []).append(k)
+        self.head_lens.add(k.head_len)
 
     def take_id(self, table: str) -> int:
         self.next[table] += 1
@@ -301,9 +311,9 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
 
 
 def _unchanged(path: Path, known: Known) -> bool:
-    """(`path` resolved.) The file is, where it was, exactly as read last time: same size, same last bytes (by
-    their SHA-256). Checked first, so a scheduled scan of a folder of settled logs costs a
-    stat and a 4 KiB read per file, not a batch each."""
+    """The file (at its resolved `path`) is, where it was, exactly as read last time: same
+    size, same last bytes (by their SHA-256). Checked first, so a scheduled scan of a folder
+    of settled logs costs a stat and a 4 KiB read per file, not a batch each."""
     if known.path != str(path) or not known.tail_sha256 or compression_of(path):
         return False
     try:
@@ -779,6 +789,10 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     head_len = min(HEAD_LEN, len(head_bytes))
     pending = state.partial
+    known_now = Known(input_id, str(path.resolve()), digest, state.next_offset, state.next_line - 1,
+                      hashlib.sha256(head_bytes[:head_len]).hexdigest(), head_len,
+                      ended_without_newline, fmt.name, sha_state,
+                      hashlib.sha256(tail).hexdigest() if tail else None)
     with store.catalog_connection() as cat:
         cat.execute("BEGIN")
         cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
@@ -790,12 +804,11 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
         cat.execute(
             "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [input_id, str(path.resolve()), shown, fmt.name, compression_of(path), digest,
-             state.next_offset, state.next_line - 1,
-             hashlib.sha256(head_bytes[:head_len]).hexdigest(), head_len,
+            [input_id, known_now.path, shown, fmt.name, compression_of(path), digest,
+             known_now.bytes, known_now.lines, known_now.head_sha256, head_len,
              pending.byte_offset if pending else None, pending.byte_length if pending else 0,
              pending.preview if pending else None, ended_without_newline, now, now,
-             sha_state, hashlib.sha256(tail).hexdigest() if tail else None],
+             sha_state, known_now.tail_sha256],
         )
         if ev_rel or qu_rel:
             cat.execute(
@@ -807,7 +820,7 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             )
         cat.execute("COMMIT")
         cache = _cache(store)
-        cache.known = _read_known(cat)
+        cache.remember(known_now)
         if replace:
             cache.files_of = _events_files_by_input(cat, store)
             for rel in replaced:  # no longer listed; a kill before this leaves them to the next run
