@@ -375,3 +375,20 @@ def test_a_scheduled_scan_takes_in_what_another_process_ingested(tmp_path):
     later = runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
     assert "0 new events" in later.stderr and "nothing to scan" not in later.stderr
     assert previous_document(Store(store))["totals"]["events"] > before
+
+
+def test_a_quiet_store_with_nothing_new_is_not_scanned_again(tmp_path):
+    """A log where nothing loops: the next scheduled scan with no new bytes does no work."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "daemon.log").write_text("".join(
+        json.dumps({"level": 30, "time": 1_750_000_000_000 + i * 60_000, "pid": 1, "id": f"r{i}",
+                    "event": event, "ownerHash": "a1", "action": "scroll", "session": "s"}) + "\n"
+        for i in range(3) for event in ("received", "response")))
+    store = tmp_path / "st"
+    runs = [CliRunner().invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
+            for _ in range(2)]
+    assert [r.exit_code for r in runs] == [0, 0]
+    assert "findings:" in runs[0].stderr and Store(store).connect().execute(
+        "SELECT count(*) FROM findings").fetchall() == [(0,)]
+    assert "0 new events; nothing to scan" in runs[1].stderr

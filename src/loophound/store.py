@@ -234,7 +234,8 @@ class Store:
 
     def has_unseen_batches(self) -> bool:
         """Whether batches were committed since the last scan kept in the store (by this
-        process or by any other, e.g. a `loophound ingest` run by hand)."""
+        process or by any other, e.g. a `loophound ingest` run by hand); any batch, when no
+        scan has been kept yet."""
         with self.catalog_connection(read_only=True) as con:
             return con.execute(f"""{_LAST_SEEN}
                 SELECT count(*) > 0 FROM batches

@@ -36,12 +36,6 @@ def previous_document(store: Store) -> dict | None:
     return json.loads(rows[0][0])
 
 
-def previous_findings(store: Store) -> dict[str, dict]:
-    """The findings of the last scan kept in the store, by id."""
-    doc = previous_document(store)
-    return {f["id"]: f for f in doc["findings"]} if doc else {}
-
-
 def track(doc: dict, before: dict[str, dict], alert_on: str = "high") -> Tracked:
     """Give each finding of `doc` a status against `before`; alerts for new or escalated
     findings at or above `alert_on`. `doc` itself is left alone: the findings JSON stays the
