@@ -100,6 +100,19 @@ def test_an_answer_finds_its_request_batches_back(tmp_path, monkeypatch):
         (3, ids[2]), (4, ids[1]), (6, ids[5])]
 
 
+def test_an_input_keeps_when_it_was_first_seen_when_it_grows(tmp_path):
+    log = tmp_path / "d.log"
+    log.write_text(pair(1))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    first = q(store, "SELECT first_seen, last_read FROM inputs")[0]
+    with log.open("a") as fh:
+        fh.write(pair(2))
+    ingest([str(log)], store)
+    again = q(store, "SELECT first_seen, last_read FROM inputs")[0]
+    assert again[0] == first[0] and again[1] > first[1]
+
+
 def test_a_store_written_before_a_column_existed_reads_it_as_null(tmp_path):
     import pyarrow.parquet as pq
 

@@ -795,6 +795,8 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
                       hashlib.sha256(tail).hexdigest() if tail else None)
     with store.catalog_connection() as cat:
         cat.execute("BEGIN")
+        first_seen = cat.execute("SELECT first_seen FROM inputs WHERE input_id = ?",
+                                 [input_id]).fetchall()
         cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
         replaced = []
         if replace:  # a rewritten whole document: its earlier rows no longer stand
@@ -807,7 +809,8 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             [input_id, known_now.path, shown, fmt.name, compression_of(path), digest,
              known_now.bytes, known_now.lines, known_now.head_sha256, head_len,
              pending.byte_offset if pending else None, pending.byte_length if pending else 0,
-             pending.preview if pending else None, ended_without_newline, now, now,
+             pending.preview if pending else None, ended_without_newline,
+             first_seen[0][0] if first_seen else now, now,
              sha_state, known_now.tail_sha256],
         )
         if ev_rel or qu_rel:
