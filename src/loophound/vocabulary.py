@@ -1,0 +1,45 @@
+"""The words loophound's data is made of, in one place: severities, finding statuses.
+
+Each is a `str` enum, so a value compares equal to the text stored in Parquet and JSON
+(`Severity.HIGH == "high"`) and the contracts stay plain strings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    """How bad a finding is, in rising order (`rank` compares them)."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return list(Severity).index(self)
+
+    @classmethod
+    def parse(cls, text: str, what: str = "severity") -> Severity:
+        from .errors import ConfigError
+
+        try:
+            return cls(text)
+        except ValueError:
+            raise ConfigError(f"{what} must be one of {', '.join(SEVERITIES)}; got {text!r}"
+                              ) from None
+
+
+SEVERITIES: tuple[str, ...] = tuple(s.value for s in Severity)
+
+
+class FindingStatus(StrEnum):
+    """A finding's state against the scan before (scheduled scans follow findings by id)."""
+
+    NEW = "new"
+    GROWING = "growing"
+    ESCALATED = "escalated"
+    ONGOING = "ongoing"
+    ENDED = "ended"
