@@ -13,9 +13,11 @@ from typing import Any
 
 from . import __version__
 from .attribute import Attributed, Totals
+from .vocabulary import Severity
 
 SCHEMA = "loophound.findings/v1"
-SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+# findings are listed most severe first: critical 0, high 1, medium 2, low 3
+SEVERITY_ORDER = {s.value: len(Severity) - 1 - s.rank for s in Severity}
 
 
 def iso(ts: Any) -> str | None:

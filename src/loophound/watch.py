@@ -13,8 +13,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from .detect.base import SEVERITIES
 from .store import Store
+from .vocabulary import SEVERITIES
 
 QUIET_AFTER = dt.timedelta(minutes=10)
 

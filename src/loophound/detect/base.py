@@ -15,11 +15,13 @@ from typing import Any
 
 import duckdb
 
-SEVERITIES = ("low", "medium", "high", "critical")
+from ..vocabulary import SEVERITIES as SEVERITIES  # re-exported: the words live in vocabulary
+from ..vocabulary import Severity
 
 
 def severity_rank(severity: str) -> int:
-    return SEVERITIES.index(severity)
+    """0 for low ... 3 for critical; a word that is not a severity raises ValueError."""
+    return Severity(severity).rank
 
 
 @dataclass
@@ -44,6 +46,10 @@ class Finding:
     unit_kinds: tuple[str, ...] = ("request",)
     details: dict[str, Any] = field(default_factory=dict)
     evidence_limit: int = 5
+
+    def __post_init__(self) -> None:
+        # one of the vocabulary's words, kept as the plain string the JSON and Parquet hold
+        self.severity = Severity(self.severity).value
 
     @property
     def id(self) -> str:

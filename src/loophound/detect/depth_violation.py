@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import duckdb
 
 from .base import Detector, Finding, param
-from .ping_pong import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
-from .trigger_cycle import CLAIM as LINEAGE_CLAIM
-from .trigger_cycle import load_lineage
+from .lineage import CLAIM as LINEAGE_CLAIM
+from .lineage import load_lineage
+from .messages import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
 
 
 @dataclass

@@ -35,10 +35,7 @@ from dataclasses import dataclass
 import duckdb
 
 from .base import Detector, Finding, human_duration, param
-
-MAX_HOP_DEPTH = 4  # sven-node/src/tools.rs; MAX_ROOM_POST_DEPTH is the same
-MESSAGE_KINDS = ("message", "record")
-UNIT_KINDS = ("message", "room_post", "record")
+from .messages import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
 
 
 @dataclass
@@ -52,96 +49,6 @@ class Params:
     max_hop_depth: int = param(MAX_HOP_DEPTH, "sven MAX_HOP_DEPTH: depth at which the guard drops")
     guarded_high_chains: int = param(20, "guard-stopped chains in one episode that make it high")
 
-
-# A local node name (directory of a sven store) ↔ the peer id its peers store it under, from the
-# two records of one message id. `canon` is the peer id; ties go to the most frequent pairing.
-ALIASES_CTE = """
-dir AS (
-  SELECT event_id, file, actor, target, corr_id,
-         json_extract_string(extra, '$.direction') AS direction
-  FROM events WHERE kind = 'message' AND corr_id IS NOT NULL AND extra LIKE '%"direction"%'
-),
-alias_pairs AS (
-  SELECT o.actor AS name, i.actor AS canon FROM dir o JOIN dir i
-    ON i.corr_id = o.corr_id AND i.file <> o.file
-  WHERE o.direction = 'outbound' AND i.direction = 'inbound'
-  UNION ALL
-  SELECT i.target AS name, o.target AS canon FROM dir o JOIN dir i
-    ON i.corr_id = o.corr_id AND i.file <> o.file
-  WHERE o.direction = 'outbound' AND i.direction = 'inbound'
-),
-aliases AS (
-  SELECT name, canon FROM (
-    SELECT name, canon, count(*) AS n FROM alias_pairs
-    WHERE name IS NOT NULL AND canon IS NOT NULL AND name <> canon GROUP BY name, canon)
-  QUALIFY row_number() OVER (PARTITION BY name ORDER BY n DESC, canon) = 1
-)"""
-
-# Hops, in pair order, with the previous hop of the same pair and the episode number.
-# Parameters: $kinds (message-like kinds), $break_ms.
-HOPS_CTE = ALIASES_CTE + """,
-msg AS (
-  SELECT e.event_id, e.ts, e.file, e.line, e.kind, coalesce(e.channel, e.kind) AS chan,
-         coalesce(a1.canon, e.actor) AS sender, coalesce(a2.canon, e.target) AS receiver,
-         e.role, e.depth, e.corr_id,
-         CASE WHEN e.extra LIKE '%"direction"%'
-              THEN json_extract_string(e.extra, '$.direction') END AS direction
-  FROM events e
-  LEFT JOIN aliases a1 ON a1.name = e.actor
-  LEFT JOIN aliases a2 ON a2.name = e.target
-  WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL
-    AND e.actor IS NOT NULL AND e.target IS NOT NULL
-),
-msg1 AS (  -- one row per message: the sender's own copy first
-  SELECT *, count(*) OVER (PARTITION BY kind, sender, receiver, coalesce(corr_id, '#' || event_id))
-              AS copies
-  FROM msg WHERE sender <> receiver
-  QUALIFY row_number() OVER (
-    PARTITION BY kind, sender, receiver, coalesce(corr_id, '#' || event_id)
-    ORDER BY (direction = 'inbound') NULLS FIRST, event_id) = 1
-),
-post AS (  -- room posts, one per message id and room
-  SELECT event_id, ts, file, line, kind, coalesce(channel, target) AS chan, actor AS sender,
-         role, depth, corr_id,
-         count(*) OVER (PARTITION BY coalesce(channel, target), coalesce(corr_id, '#' || event_id))
-           AS copies
-  FROM events WHERE kind = 'room_post' AND ts IS NOT NULL AND actor IS NOT NULL
-  QUALIFY row_number() OVER (PARTITION BY coalesce(channel, target), coalesce(corr_id, '#' || event_id)
-                             ORDER BY event_id) = 1
-),
-room AS (
-  SELECT *, lag(sender) OVER w AS answered, lag(event_id) OVER w AS opener,
-         lag(ts) OVER w AS opener_ts, lag(file) OVER w AS opener_file, lag(line) OVER w AS opener_line
-  FROM post WINDOW w AS (PARTITION BY chan ORDER BY ts, file, line)
-),
-hop0 AS (
-  SELECT event_id, ts, file, line, kind, chan, sender, receiver, role, depth,
-         CAST(NULL AS BIGINT) AS opener, ts AS from_ts, file AS from_file, line AS from_line, copies
-  FROM msg1
-  UNION ALL
-  SELECT event_id, ts, file, line, kind, chan, sender, answered AS receiver, role, depth, opener,
-         opener_ts, opener_file, opener_line, copies
-  FROM room WHERE answered IS NOT NULL AND answered <> sender
-),
-hop1 AS (
-  SELECT *, least(sender, receiver) AS pa, greatest(sender, receiver) AS pb,
-         lag(ts) OVER p AS prev_ts, lag(sender) OVER p AS prev_sender,
-         lag(role) OVER p AS prev_role, lag(depth) OVER p AS prev_depth
-  FROM hop0 WINDOW p AS (PARTITION BY chan, least(sender, receiver), greatest(sender, receiver)
-                         ORDER BY ts, file, line, event_id)
-),
-hop2 AS (
-  SELECT *, epoch_ms(ts) - epoch_ms(prev_ts) AS gap_ms,
-         prev_ts IS NULL OR epoch_ms(ts) - epoch_ms(prev_ts) >= $break_ms AS newep
-  FROM hop1
-),
-hops AS (
-  SELECT *, NOT newep AND sender <> prev_sender AS sw,
-         sum(CASE WHEN newep THEN 1 ELSE 0 END) OVER (
-           PARTITION BY chan, pa, pb ORDER BY ts, file, line, event_id
-           ROWS UNBOUNDED PRECEDING) AS episode
-  FROM hop2
-)"""
 
 SQL = "WITH " + HOPS_CTE + """
 SELECT chan, pa, pb, episode,
@@ -180,9 +87,6 @@ HAVING count(*) FILTER (WHERE sw) >= $min_switches AND count(DISTINCT sender) = 
 ORDER BY start, chan, pa, pb
 """
 
-ALIAS_NAMES_SQL = "WITH " + ALIASES_CTE + """
-SELECT canon, list(DISTINCT name ORDER BY name) FROM aliases GROUP BY canon"""
-
 # the messages of the episode, and the other party's stored copy of each (same message id)
 CLAIM = """
 WITH ids AS (SELECT CAST(unnest($ids) AS BIGINT) AS event_id)
@@ -192,18 +96,6 @@ SELECT e2.event_id FROM ids JOIN events e1 USING (event_id)
 JOIN events e2 ON e2.corr_id = e1.corr_id AND e2.kind = e1.kind
 WHERE e1.kind IN ('message', 'room_post') AND e1.corr_id IS NOT NULL
 """
-
-
-def aliases_of(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
-    """Peer id → the local node names it is stored under (`node-a`)."""
-    return {canon: names for canon, names in con.execute(ALIAS_NAMES_SQL).fetchall()}
-
-
-def display(party: str, aliases: dict[str, list[str]]) -> str:
-    """`node-a (12D3KooWCTxQ…)` for a resolved sven node, the party itself otherwise."""
-    short = party if len(party) <= 20 else party[:14] + "…"
-    names = aliases.get(party)
-    return f"{'/'.join(names)} ({short})" if names else short
 
 
 def chains(depth_seq: list[int | None]) -> list[list[int]]:

@@ -47,16 +47,12 @@ import duckdb
 import numpy as np
 
 from .. import db
-from ..store import define_message_copies
 from .base import Detector, Finding, claim_units, human_duration, param
+from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
-UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start")
-NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-                 43200, 86400)
 GUARD_ERRORS = ("METRONOME_DETECTED", "RATE_LIMITED")
 SCOPES = ("session", "actor", "log")  # the order spikes are kept in: most specific first
 COVERED = 0.8  # a spike whose events the kept spikes already hold to this share adds nothing
-EPOCH = dt.datetime(1970, 1, 1)
 
 
 @dataclass
@@ -188,21 +184,6 @@ def metronome(times_ms: np.ndarray, delays_ms: np.ndarray | None, tolerance: flo
     return out
 
 
-def skip_copies(con: duckdb.DuckDBPyConnection) -> str:
-    """The SQL condition that counts a message both parties stored once (see
-    store.define_message_copies); empty when no message was stored twice."""
-    if not define_message_copies(con):
-        return ""
-    return "AND e.event_id NOT IN (SELECT event_id FROM _copies)"
-
-
-def bucket_width_s(span_s: float, target: int) -> int:
-    for w in NICE_WIDTHS_S:
-        if span_s / w <= target:
-            return w
-    return NICE_WIDTHS_S[-1]
-
-
 # ---------------------------------------------------------------------------------------------
 # walking the series
 
@@ -294,13 +275,6 @@ FROM (SELECT e.format, e.session, e.actor,
 GROUP BY GROUPING SETS ((format, session, b), (format, actor, b), (format, b))
 HAVING (grouping(session) = 1 OR session IS NOT NULL) AND (grouping(actor) = 1 OR actor IS NOT NULL)
 ORDER BY format, scope, key, b
-"""
-
-SPAN_SQL = """
-SELECT format, count(*) AS n, min(epoch_ms(ts)) AS lo,
-       quantile_disc(epoch_ms(ts), 0.01) AS q1, quantile_disc(epoch_ms(ts), 0.99) AS q99
-FROM events e WHERE list_contains($kinds, kind) AND ts IS NOT NULL {copies}
-GROUP BY format ORDER BY format
 """
 
 SCOPE_COND = {"session": "e.session = $key", "actor": "e.actor = $key", "log": "true"}

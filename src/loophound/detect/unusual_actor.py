@@ -42,9 +42,8 @@ import numpy as np
 
 from .. import db
 from .base import Detector, Finding, claim_units, human_duration, param
-from .rate_spike import SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
+from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
-EPOCH = dt.datetime(1970, 1, 1)
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
             "repeat_share", "gap_cv", "tokens_per_event")
 # +1: loop-like when high (a storm, a fan-out), -1: when low (metronome-regular gaps)
