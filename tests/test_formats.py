@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from loophound import formats
+from loophound.errors import MappingError
 from loophound.formats import generic, labtrust, sven
 from loophound.formats.base import FormatContext
 from loophound.ingest import IngestOptions, ingest
@@ -381,23 +382,32 @@ def test_generic_with_mapping_file(tmp_path):
 
 
 def test_generic_mapping_is_validated():
-    with pytest.raises(ValueError, match=r"unknown canonical column 'sender'.*valid names: .*actor"):
+    with pytest.raises(MappingError, match=r"unknown canonical column 'sender' \(did you mean "
+                                           r"actor = \"from\"\?\); valid names: .*actor"):
         generic.validate_mapping({"fields": {"sender": "from"}})
-    with pytest.raises(ValueError, match=r"unknown canonical column 'colour'"):
+    with pytest.raises(MappingError, match=r"unknown canonical column 'actr' \(did you mean actor"):
+        generic.validate_mapping({"fields": {"actr": "from"}})
+    with pytest.raises(MappingError, match=r"'from' \(the key is the column .*actor = \"from\""):
+        generic.validate_mapping({"fields": {"from": "actor"}})
+    with pytest.raises(MappingError, match=r"unknown canonical column 'colour'; valid names"):
         generic.validate_mapping({"constants": {"colour": "red"}})
-    with pytest.raises(ValueError, match=r"unknown section or key 'field'"):
-        generic.validate_mapping({"field": {"actor": "from"}})
-    with pytest.raises(ValueError, match=r"tokens_in must be an integer"):
+    with pytest.raises(MappingError, match=r"^mapping file m.toml: unknown section or key 'field' "
+                                           r"\(did you mean \[fields\]\?\)"):
+        generic.validate_mapping({"field": {"actor": "from"}}, "m.toml")
+    with pytest.raises(MappingError, match=r"tokens_in must be an integer"):
         generic.validate_mapping({"constants": {"tokens_in": "many"}})
-    with pytest.raises(ValueError, match=r"dotted path"):
+    with pytest.raises(MappingError, match=r"dotted path"):
         generic.validate_mapping({"fields": {"error": "error..code"}})
+    with pytest.raises(MappingError, match=r"\[fields\] must be a table"):
+        generic.validate_mapping({"fields": "actor"})
     assert generic.validate_mapping({"fields": {"time": "t"}})["fields"] == {"ts": "t"}
 
 
 def test_generic_bad_mapping_fails_ingest_clearly(tmp_path):
     log = write(tmp_path / "x.jsonl", [{"a": 1}])
-    with pytest.raises(ValueError, match="unknown canonical column 'who'"):
+    with pytest.raises(MappingError, match="unknown canonical column 'who'"):
         ingest([str(log)], Store(tmp_path / "st"), IngestOptions(mapping={"fields": {"who": "a"}}))
+    assert not (tmp_path / "st").exists()  # said before any ingest work
 
 
 def test_generic_automatic_mapping_and_epochs(tmp_path):

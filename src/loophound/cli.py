@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-import tomllib
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, formats
-from .ingest import IngestError, IngestOptions, IngestReport, ingest
+from .errors import UserError
+from .ingest import IngestOptions, IngestReport, ingest
 from .store import DEFAULT_STORE, Store, StoreBusy, StoreMissing
 
 app = typer.Typer(
@@ -30,8 +30,15 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 StoreOpt = Annotated[Path, typer.Option("--store", "-s", help="Store folder.")]
 
 
+def say_error(message: str) -> None:
+    """`error: message` on standard error, on one line, the message shown as text (not markup)."""
+    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False,
+              soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """Say what the user got wrong and leave the command with `code` (2)."""
+    say_error(message)
     raise typer.Exit(code)
 
 
@@ -50,25 +57,22 @@ def main(
 
 
 def _load_mapping(path: Path | None) -> dict | None:
-    if path is None:
-        return None
-    try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        fail(f"cannot read mapping file {path}: {exc}")
-    return None
+    """The --mapping file, read and checked before any ingest work (MappingError if bad)."""
+    from .formats.generic import load_mapping
+
+    return None if path is None else load_mapping(path)
 
 
 def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | None,
                max_line_bytes: int, wait: bool = True, quiet: bool = False) -> IngestReport:
     """Ingest with a progress bar on a terminal; errors become messages, not tracebacks."""
-    options = IngestOptions(format=fmt, mapping=_load_mapping(mapping),
-                            max_line_bytes=max_line_bytes, wait=wait)
 
     def on_wait() -> None:
         err.print(f"waiting: another loophound process is writing to {store} ...")
 
     try:
+        options = IngestOptions(format=fmt, mapping=_load_mapping(mapping),
+                                max_line_bytes=max_line_bytes, wait=wait)
         if quiet or not err.is_terminal:  # cron: no bar, and no 0.05 s importing one
             return ingest(paths, Store(store), options, None, on_wait)
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
@@ -81,8 +85,8 @@ def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | N
                 bar.update(task, completed=done, total=total)
 
             return ingest(paths, Store(store), options, on_progress, on_wait)
-    except (IngestError, formats.UnknownFormat, StoreBusy) as exc:
-        fail(str(exc))
+    except (UserError, StoreBusy) as exc:  # a bad path, format or mapping; a busy store
+        fail(str(exc), getattr(exc, "exit_code", 2))
     raise AssertionError("unreachable")
 
 
@@ -392,17 +396,28 @@ _register_commands()
 
 
 def run() -> None:
-    """Console entry point: a bug in loophound is reported in one paragraph, not a traceback
-    (set LOOPHOUND_DEBUG=1 to see the traceback)."""
+    """Console entry point. A user's mistake (any `UserError`) or the machine's condition (a
+    full disk, a read-only file system, a permission refused) is one line, `error: ...`, and
+    exit status 2; a bug in loophound is reported in one paragraph, not a traceback (set
+    LOOPHOUND_DEBUG=1 to see the traceback), and exit status 3."""
     import gc
     import os
+
+    from .errors import machine_condition
 
     try:
         app()
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except UserError as exc:
+        say_error(str(exc))
+        sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 — the last line of defence for the user
+        condition = machine_condition(exc)
+        if condition is not None:
+            say_error(str(condition))
+            sys.exit(condition.exit_code)
         if os.environ.get("LOOPHOUND_DEBUG"):
             raise
         err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc))}\n"

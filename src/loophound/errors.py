@@ -9,6 +9,9 @@ turns them into messages, so the API raises the same errors a notebook can catch
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class LoophoundError(Exception):
     """The base of every error loophound raises on purpose."""
@@ -59,3 +62,31 @@ class StoreReadOnly(StoreError):
 
 class InputError(UserError):
     """A path the user named that cannot be read."""
+
+
+# The machine's conditions an OSError can stand for: not a bug, so said in one sentence (exit 2).
+_CONDITIONS = {
+    errno.ENOSPC: "cannot write{path}: no space left on device; free some space (or write "
+                  "elsewhere) and run again",
+    errno.EROFS: "cannot write{path}: the file system is read-only; choose a writable --store "
+                 "or output path",
+    errno.EACCES: "permission denied{on}; give your user access to it or choose another path",
+    errno.EPERM: "operation not permitted{on}; give your user access to it or choose another "
+                 "path",
+}
+
+
+def machine_condition(exc: BaseException) -> UserError | None:
+    """A full disk, a read-only file system or a permission refused, as a UserError naming the
+    path; None for any other exception (which stays a bug). Some libraries (pyarrow) raise an
+    OSError without an errno but with the system's words in the message: those count too."""
+    if not isinstance(exc, OSError):
+        return None
+    code = exc.errno
+    if code is None:
+        code = next((c for c in _CONDITIONS if os.strerror(c) in str(exc)), None)
+    if code not in _CONDITIONS:
+        return None
+    paths = [os.fsdecode(p) for p in (exc.filename, exc.filename2) if isinstance(p, (str, bytes))]
+    where = f" {' -> '.join(paths)}" if paths else ""
+    return UserError(_CONDITIONS[code].format(path=where, on=f" on{where}" if where else ""))

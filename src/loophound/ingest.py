@@ -26,7 +26,9 @@ import pyarrow.parquet as pq
 
 from . import db, digest, formats
 from .digest import Sha256
+from .errors import InputError
 from .formats.base import Format, FormatContext
+from .formats.generic import validate_mapping
 from .lines import (
     MAX_LINE_BYTES,
     LineBatch,
@@ -47,8 +49,8 @@ SNIFF_BYTES = 65536  # the head of a file that formats are recognised by
 LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json"}
 
 
-class IngestError(Exception):
-    """A problem with what the user asked for (a missing path, an unknown format)."""
+class IngestError(InputError):
+    """A path the user named that does not exist, or a glob that matches nothing."""
 
 
 @dataclass
@@ -247,6 +249,8 @@ def ingest(
     """Read `paths` into `store`: new files whole, known files from where they stopped."""
     options = options or IngestOptions()
     forced = formats.get(options.format) if options.format else None
+    if options.mapping is not None:  # a bad mapping is said before any file is read
+        validate_mapping(options.mapping)
     files, passed_over = discover(paths)
     report = IngestReport()
     for name, reason in passed_over:

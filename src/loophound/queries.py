@@ -55,12 +55,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_KEYS = ("title", "description", "param")
 
 
-class QueryError(ValueError):
-    """A named query that does not exist, has a bad header, or was given a bad parameter."""
-
-
-class ReadOnlyViolation(ValueError):
-    """A statement that could change something: refused before it runs."""
+# QueryError (a named query that does not exist, has a bad header or was given a bad parameter)
+# and ReadOnlyViolation (a statement that could change something, refused before it runs) are
+# user errors of the one hierarchy; they stay importable from here.
+from .errors import QueryError, ReadOnlyViolation  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from ..errors import ConfigError
 from ..registry import present
 from ..store import event_kinds
 from .base import Detector, Finding, param_docs
@@ -28,10 +29,6 @@ def _load() -> dict[str, Detector]:
 
 
 DETECTORS: dict[str, Detector] = _load()
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _coerce(value: Any, default: Any, where: str) -> Any:

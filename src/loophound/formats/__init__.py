@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import FormatError
 from ..registry import present
 from .base import Format, FormatContext
 
@@ -24,8 +25,8 @@ FORMATS: dict[str, Format] = _load()
 SNIFF_LINES = 50
 
 
-class UnknownFormat(ValueError):
-    pass
+class UnknownFormat(FormatError):
+    """A --format name that is not registered."""
 
 
 def get(name: str) -> Format:

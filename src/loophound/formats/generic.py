@@ -29,12 +29,15 @@ else `record`. Keys that are not mapped whole stay in `extra`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import MappingError
 from .base import Format, FormatContext, any_time_to_ts, sql_str
 
 # canonical column -> how its value is cast
@@ -98,52 +101,102 @@ class Plan:
 # -- the mapping file ------------------------------------------------------------------------
 
 
-def _canonical(name: Any, section: str) -> str:
-    valid = sorted(set(COLUMN_TYPES) | set(ALIASES))
+def load_mapping(path: Path) -> dict[str, Any]:
+    """Read and check a mapping file (before any ingest work starts).
+
+    Raises MappingError naming the file and what to change: it cannot be read, is not TOML,
+    or names a section, column or value loophound does not know."""
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MappingError(f"cannot read mapping file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise MappingError(f"mapping file {path} is not UTF-8 text; save it as UTF-8 TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MappingError(f"mapping file {path} is not valid TOML ({exc}); see the README's "
+                           "\"A mapping file for the generic format\"") from None
+    validate_mapping(raw, path)
+    return raw
+
+
+def _valid_names() -> str:
+    return ", ".join(sorted(set(COLUMN_TYPES) | set(ALIASES)))
+
+
+def _likely_column(name: str, value: Any, section: str) -> str:
+    """What to write instead of an unknown column `name = value`: ` (did you mean ...?)`, or
+    nothing when no column is close. A key the automatic mapping reads for a column (`sender`)
+    suggests that column."""
+    if section == "fields" and isinstance(value, str) and ALIASES.get(value, value) in COLUMN_TYPES:
+        return (f" (the key is the column and the value the log's key: did you mean "
+                f"{value} = {json.dumps(name)}?)")
+    usual = [column for column, names in AUTO.items() if name in names]
+    close = usual or difflib.get_close_matches(name, sorted(set(COLUMN_TYPES) | set(ALIASES)), n=1)
+    shown = json.dumps(value) if isinstance(value, str) else "..."
+    return f" (did you mean {close[0]} = {shown}?)" if close else ""
+
+
+def _canonical(name: Any, value: Any, section: str, where: str) -> str:
     if not isinstance(name, str) or ALIASES.get(name, name) not in COLUMN_TYPES:
-        raise ValueError(f"mapping [{section}]: unknown canonical column {name!r}; valid names: "
-                         f"{', '.join(valid)}")
+        raise MappingError(f"{where} [{section}]: unknown canonical column {name!r}"
+                           f"{_likely_column(str(name), value, section)}; valid names: "
+                           f"{_valid_names()}")
     return ALIASES.get(name, name)
 
 
-def validate_mapping(mapping: Any) -> dict[str, Any]:
+def _unknown_key(key: str, where: str) -> MappingError:
+    if ALIASES.get(key, key) in COLUMN_TYPES:
+        fix = f" (a column: put {key} = ... under [fields] or [constants])"
+    else:
+        close = difflib.get_close_matches(key, SECTIONS, n=1)
+        fix = f" (did you mean {close[0] if close[0] == 'auto' else f'[{close[0]}]'}?)" if close else ""
+    return MappingError(f"{where}: unknown section or key {key!r}{fix}; valid ones: [fields], "
+                        "[constants], auto")
+
+
+def validate_mapping(mapping: Any, source: str | Path | None = None) -> dict[str, Any]:
     """Check a parsed mapping file; return it normalised ({"fields", "constants", "auto"}).
 
-    Raises ValueError with a message naming the bad entry (and what is valid)."""
+    Raises MappingError with one sentence naming the file (`source`), the bad entry and the
+    likely fix (the closest canonical name, and the valid ones)."""
+    where = f"mapping file {source}" if source is not None else "mapping"
     if not isinstance(mapping, dict):
-        raise ValueError("mapping: expected a TOML document with [fields] and/or [constants]")
+        raise MappingError(f"{where}: expected a TOML document with [fields] and/or [constants]")
     for key in mapping:
         if key not in SECTIONS:
-            raise ValueError(f"mapping: unknown section or key {key!r}; valid ones: "
-                             f"[fields], [constants], auto")
+            raise _unknown_key(key, where)
     fields_in, constants_in = mapping.get("fields", {}), mapping.get("constants", {})
     auto = mapping.get("auto", False)
-    if not isinstance(fields_in, dict) or not isinstance(constants_in, dict):
-        raise ValueError("mapping: [fields] and [constants] must be tables (name = value)")
+    for section, table in (("fields", fields_in), ("constants", constants_in)):
+        if not isinstance(table, dict):
+            raise MappingError(f"{where}: [{section}] must be a table (name = value lines "
+                               f"under [{section}]), not {table!r}")
     if not isinstance(auto, bool):
-        raise ValueError(f"mapping: auto must be true or false, not {auto!r}")
+        raise MappingError(f"{where}: auto must be true or false, not {auto!r}")
     fields: dict[str, str] = {}
     for name, path in fields_in.items():
-        column = _canonical(name, "fields")
+        column = _canonical(name, path, "fields", where)
         if not isinstance(path, str) or not path or any(not p for p in path.split(".")):
-            raise ValueError(f"mapping [fields]: {name} must be a key name or dotted path like "
-                             f"\"error.code\", not {path!r}")
+            raise MappingError(f"{where} [fields]: {name} must be a key name or dotted path like "
+                               f"\"error.code\", not {path!r}")
         if column in fields:
-            raise ValueError(f"mapping [fields]: {column} is mapped twice")
+            raise MappingError(f"{where} [fields]: {column} is mapped twice (time and ts are "
+                               "one column); keep one of them")
         fields[column] = path
     constants: dict[str, Any] = {}
     for name, value in constants_in.items():
-        column = _canonical(name, "constants")
+        column = _canonical(name, value, "constants", where)
         if column in fields:
-            raise ValueError(f"mapping: {column} is both in [fields] and in [constants]")
+            raise MappingError(f"{where}: {column} is both in [fields] and in [constants]; "
+                               "keep one of them")
         if column == "ts":
-            raise ValueError("mapping [constants]: a constant time is not allowed; map `time` "
-                             "in [fields]")
-        constants[column] = _check_constant(column, value)
+            raise MappingError(f"{where} [constants]: a constant time is not allowed; map "
+                               "`time` in [fields]")
+        constants[column] = _check_constant(column, value, where)
     return {"fields": fields, "constants": constants, "auto": auto}
 
 
-def _check_constant(column: str, value: Any) -> Any:
+def _check_constant(column: str, value: Any, where: str) -> Any:
     kind = COLUMN_TYPES[column]
     ok = {
         "bool": isinstance(value, bool),
@@ -155,7 +208,7 @@ def _check_constant(column: str, value: Any) -> Any:
     if not ok:
         want = {"bool": "true or false", "int": "an integer", "bigint": "an integer",
                 "double": "a number"}.get(kind, "a string")
-        raise ValueError(f"mapping [constants]: {column} must be {want}, not {value!r}")
+        raise MappingError(f"{where} [constants]: {column} must be {want}, not {value!r}")
     return value
 
 
