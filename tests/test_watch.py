@@ -234,10 +234,10 @@ def test_incremental_scans_add_up_to_what_one_full_scan_finds(tmp_path, monkeypa
     """A runaway followed across four scheduled scans counts exactly what a full scan of the
     same store counts: each scan adds only what is new, nothing twice, nothing dropped; the
     events each finding claims are kept in few files however many scans added to them."""
-    from loophound import scan as scan_module
+    from loophound import runs as runs_module
     from loophound.watch import previous_document
 
-    monkeypatch.setattr(scan_module, "MAX_ADDED", 2)  # merge the claim files every 2 scans
+    monkeypatch.setattr(runs_module, "MAX_ADDED", 2)  # merge the claim files every 2 scans
 
     write_bproxy_log(tmp_path / "full", seed=5, storm_requests=900)
     text = next((tmp_path / "full").glob("*.log")).read_text().splitlines(keepends=True)
@@ -337,9 +337,10 @@ def test_a_kept_window_follows_its_start_and_is_written_afresh_as_rows_drop_out(
 
 def test_files_a_killed_run_left_are_removed_and_a_clean_store_is_not_searched(tmp_path,
                                                                                 monkeypatch):
-    """A writer that ends normally leaves the mark `clean`: the next one need not list the
-    store's folders (thousands of files after a month of scheduled scans). Without the mark
-    (a kill, a failure), the next writer deletes the files no commit lists."""
+    """A writer that ends normally leaves the mark `clean`: the next one need not look for
+    leftovers. Without the mark (a kill, a failure), the next writer deletes the files a writer
+    recorded as in progress (the journal) that no commit lists, and nothing else: a file it
+    did not write (copied in by hand, another version's) is never deleted."""
     write_bproxy_log(tmp_path / "logs", seed=5, storm_requests=50)
     store = tmp_path / "st"
     CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
@@ -349,10 +350,15 @@ def test_files_a_killed_run_left_are_removed_and_a_clean_store_is_not_searched(t
     monkeypatch.setattr(Store, "_remove_orphans", lambda self: searched.append(1) or original(self))
     assert (store / "clean").exists()
     orphan = store / "events" / "00099-0999999.parquet"  # what a killed run wrote last
+    Store(store).intend("events/00099-0999999.parquet")
     shutil.copy(next((store / "events").glob("*.parquet")), orphan)
+    foreign = store / "events" / "00098-0999999.parquet"  # not written by loophound
+    shutil.copy(orphan, foreign)
     (store / "clean").unlink()
     CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
     assert searched == [1] and not orphan.exists() and (store / "clean").exists()
+    assert foreign.exists() and not (store / "writing.journal").exists()
+    foreign.unlink()
     CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store", str(store), "--incremental"])
     assert searched == [1] and events_of(store) == before
 

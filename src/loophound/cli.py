@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -13,9 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, formats
-from .errors import UserError
+from .errors import StoreBusy, StoreMissing, UserError
 from .ingest import IngestOptions, IngestReport, ingest
-from .store import DEFAULT_STORE, Store, StoreBusy, StoreMissing
+from .store import DEFAULT_STORE, Store
+from .vocabulary import SEVERITIES
 
 app = typer.Typer(
     help="Forensics for runaway AI-agent loops: ingest JSONL logs, detect loops, attribute cost.",
@@ -160,21 +163,30 @@ def verify_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
     """Re-hash every input and compare with the SHA-256 recorded when it was read.
 
     Scheduled scans check only the first and last 4 KiB of what they read before; this reads
-    it all. Exit status 1 when a file changed, or is gone, since it was read.
+    it all. Exit status 1 when a file changed, or is gone, since it was read. A copy of a
+    store's Parquet folders (no catalog) has nothing recorded to compare with: each of its
+    files is read whole and hashed, and any unreadable one gives status 1.
 
     Example: loophound verify --store .loophound
     """
-    from .ingest import verify_inputs
+    from . import api
 
-    s = _open_store(store)
+    with user_errors():
+        verdicts = api.verify(store)
     table = Table(show_edge=False, header_style="bold")
-    for col in ("input", "bytes", "sha256", "verdict"):
+    bare = Store(store).is_bare
+    for col in ("file" if bare else "input", "bytes", "sha256", "verdict"):
         table.add_column(col, overflow="fold")
     bad = 0
-    for path, nbytes, sha, verdict in verify_inputs(s):
-        bad += verdict != "same"
-        table.add_row(escape(path), f"{nbytes:,}", sha[:16] + "…", verdict)
+    for v in verdicts:
+        bad += v.verdict not in ("same", "readable")
+        table.add_row(escape(v.path), f"{v.bytes:,}", v.sha256[:16] + "…", escape(v.verdict))
     out.print(table)
+    if bare:
+        err.print(f"{escape(str(store))} has no catalog (a copy of a store's Parquet folders): "
+                  "no hash was recorded to compare with; each file above was read whole. "
+                  "Compare these hashes with `sha256sum` of the original's files.",
+                  highlight=False)
     raise typer.Exit(1 if bad else 0)
 
 
@@ -186,43 +198,46 @@ def _open_store(store: Path) -> Store:
     return s
 
 
-SEVERITIES = ("low", "medium", "high", "critical")
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A user's mistake raised by the library becomes one line on stderr and its exit status
+    (2); anything else is left to `run` (a bug)."""
+    try:
+        yield
+    except UserError as exc:
+        fail(str(exc), exc.exit_code)
 
 
 def _scan(paths: list[str], store: Path, config: Path | None, set_: list[str],
           prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
           incremental: bool = False, wait: bool = True, alert_on: str = "high",
-          lookback_s: float = 3600.0):
-    """Ingest PATHs (if any), then detect and attribute, all under one hold of the store's
-    write lock; errors become messages. Returns (ScanResult or None, IngestReport or None):
-    None when `incremental` and nothing new arrived since the last scan."""
-    from .attribute.costs import DEFAULT_COST_PER_CALL, load_cost_model
-    from .detect import ConfigError
-    from .scan import scan_store
+          lookback_s: float = 3600.0, save_to: Path | None = None):
+    """`api.scan`, printing what ingest read (unless `quiet`); errors become messages.
+    Returns (ScanResult or None, IngestReport or None): None when `incremental` and nothing
+    new arrived since the last scan."""
+    from . import api
 
-    s = Store(store)
+    ingested: list[IngestReport] = []
 
     def on_wait() -> None:
         err.print(f"waiting: another loophound process is writing to {store} ...")
 
-    try:
-        with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
-            report = None
-            if paths:
-                report = run_ingest(paths, store, None, None, 16 * 1024 * 1024, quiet=quiet)
-                if not quiet:
-                    print_ingest_report(report, store)
-            s = _open_store(store)
-            if incremental and not s.has_unseen_batches():  # none since the last scan
-                return None, report
-            costs = load_cost_model(prices, DEFAULT_COST_PER_CALL if cost_per_call is None
-                                    else (cost_per_call if cost_per_call >= 0 else None))
-            lookback = dt.timedelta(seconds=lookback_s) if incremental else None
-            return scan_store(s, config, set_ or [], costs, alert_on=alert_on,
-                              lookback=lookback), report
-    except (ConfigError, ValueError, StoreBusy) as exc:
-        fail(str(exc))
-    raise AssertionError("unreachable")
+    def on_ingest(report: IngestReport) -> None:
+        ingested.append(report)
+        if not quiet:
+            print_ingest_report(report, store)
+
+    with user_errors():
+        result = api.scan(store, paths, config=config, settings=set_ or [], prices=prices,
+                          cost_per_call=cost_per_call, save_to=save_to, wait=wait,
+                          on_wait=on_wait, on_ingest=on_ingest, incremental=incremental,
+                          alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s))
+    if result is not None and result.saved_in is not None and not quiet:
+        err.print(f"findings saved in {escape(str(result.saved_in))} (the store "
+                  f"{escape(str(store))} is read-only evidence and was not changed); "
+                  f"`loophound report --store {escape(str(store))} --findings-dir "
+                  f"{escape(str(result.saved_in))}` reports them", highlight=False)
+    return result, (ingested[0] if ingested else None)
 
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML file of detector "
@@ -236,6 +251,10 @@ CallCostOpt = Annotated[float | None, typer.Option(
                             "sven messages); negative to leave them unpriced. Default 0.002.")]
 
 
+FindingsDirOpt = Annotated[Path | None, typer.Option(
+    "--findings-dir", help="Keep this scan's findings (a saved run) in this folder instead of "
+                           "the store; the default for a store that may not be written is a new "
+                           "temporary folder.")]
 AlertsOpt = Annotated[Path | None, typer.Option("--alerts", help="Append alerts (JSON lines) "
                                                 "to this file instead of standard output.")]
 WebhookOpt = Annotated[str | None, typer.Option("--webhook", help="POST each alert as JSON to "
@@ -295,8 +314,13 @@ def scan_cmd(
     set_: SetOpt = None,
     prices: PricesOpt = None,
     cost_per_call: CallCostOpt = None,
+    findings_dir: FindingsDirOpt = None,
 ) -> None:
     """Run every detector over the store (ingesting PATHs first) and keep the findings.
+
+    A store that may not be written (a copy of a store's Parquet folders, a read-only mount)
+    is never changed: the findings go to --findings-dir, or a new temporary folder, and the
+    output says where.
 
     Exit status: 0 no finding at or above --fail-on, 1 there is one, 2 usage or input error.
 
@@ -315,8 +339,12 @@ def scan_cmd(
         raise typer.Exit(incremental_scan(paths or [], store, fail_on, alerts, webhook, alert_on,
                                           not no_wait, config, set_ or [], prices, cost_per_call,
                                           json_out, lookback_s))
+    if incremental and findings_dir is not None:
+        fail("--findings-dir goes with a full scan: a scheduled scan keeps its findings in "
+             "its store")
     result, _ = _scan(paths or [], store, config, set_ or [], prices, cost_per_call,
-                      quiet=json_out is not None and str(json_out) == "-", wait=not no_wait)
+                      quiet=json_out is not None and str(json_out) == "-", wait=not no_wait,
+                      save_to=findings_dir)
     _write_json(result.document, json_out)
     if json_out is None or str(json_out) != "-":
         print_findings(result.document)

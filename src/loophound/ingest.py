@@ -362,6 +362,7 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
     batch_id = _next_id(store, "batches", "batch_id")
     relative = f"events/{input_id:05d}-{batch_id:07d}.parquet"
     if rows:
+        store.intend(relative)
         con.execute(f"COPY batch TO {db.sql_literal(str(store.root / relative))} (FORMAT parquet)")
     _commit(store, con, path, shown, fmt, known, input_id, state, [], digest, head_bytes=data[:HEAD_LEN],
             ended_without_newline=False, first_offset=0, range_sha=digest, compressed=False,
@@ -548,6 +549,7 @@ class _ChunkSink:
         self.con, self.fmt, self.ctx = con, fmt, ctx
         self.relative = f"events/{ctx.input_id:05d}-{batch_id:07d}.parquet"
         self.path = store.root / self.relative
+        store.intend(self.relative)
         self.events = 0
         self.writer: pq.ParquetWriter | None = None
         self.queue: queue.Queue = queue.Queue(maxsize=2)
@@ -787,6 +789,7 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             for c in QUARANTINE_COLUMNS
         })
         con.register("_q", table)
+        store.intend(qu_rel)
         target = db.sql_literal(str(store.root / qu_rel))
         cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
         con.execute(f"COPY (SELECT {cast} FROM _q ORDER BY line) TO {target} (FORMAT parquet)")
@@ -864,4 +867,25 @@ def verify_inputs(store: Store) -> list[tuple[str, int, str, str]]:
         except (OSError, EOFError):
             verdict = "gone"
         out.append((path, nbytes, sha, verdict))
+    return out
+
+
+def verify_parquet_files(store: Store) -> list[tuple[str, int, str, str]]:
+    """(path, bytes, SHA-256, verdict) for every Parquet file of a store without a catalog:
+    `readable` when its footer and every row group decode, else `unreadable: why`."""
+    out = []
+    for sub in ("events", "quarantine", "findings"):
+        for path in sorted((store.root / sub).glob("*.parquet")):
+            h = Sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(8 * 1024 * 1024):
+                    h.update(chunk)
+            try:
+                reader = pq.ParquetFile(path)
+                for i in range(reader.num_row_groups):
+                    reader.read_row_group(i)
+                verdict = "readable"
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                verdict = f"unreadable: {exc}"
+            out.append((f"{sub}/{path.name}", path.stat().st_size, h.hexdigest(), verdict))
     return out

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from . import db, findings_json
 from .attribute import Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
-from .store import ADDED, Store
+from .runs import save_in_folder, save_in_store
+from .store import Store
 from .watch import Tracked, previous_document, track
-
-MAX_ADDED = 32  # a scheduled scan's claim files merged into one every this many scans
 
 
 @dataclass
@@ -33,6 +30,12 @@ class ScanResult:
     totals: Totals
     con: duckdb.DuckDBPyConnection  # views + claims/owner tables, for the report
     tracked: Tracked  # each finding's status against the previous scan, and the alerts
+    saved_in: Path | None = None  # where the run was saved, when not in the store
+
+    @property
+    def unit_kinds(self) -> dict[str, tuple[str, ...]]:
+        """Finding id → the event kinds it counts as its actions (requests, not responses)."""
+        return {a.finding.id: tuple(a.finding.unit_kinds) for a in self.attributed}
 
 
 def inputs_of(con: duckdb.DuckDBPyConnection) -> list[dict]:
@@ -56,9 +59,15 @@ def method(params: dict, costs: CostModel) -> dict:
 
 def scan_store(store: Store, config_file: Path | None = None, overrides: list[str] = (),
                costs: CostModel | None = None, only: list[str] | None = None,
-               alert_on: str = "high", lookback: dt.timedelta | None = None) -> ScanResult:
+               alert_on: str = "high", lookback: dt.timedelta | None = None,
+               save: bool = True, save_to: Path | None = None) -> ScanResult:
     """Detect and attribute over `store`; the store keeps the findings (the last scan's),
     each with its status against the scan before (new, growing, escalated, ongoing, ended).
+
+    A store that may not be written (a copy without its catalog, a read-only mount) is never
+    changed: its run is saved in `save_to`, or a new temporary folder (`ScanResult.saved_in`
+    says which). `save_to` also sends a writable store's run there; `save=False` keeps the
+    run in memory only (a report made without a saved run).
 
     With `lookback` (scheduled scans), the detectors read only the events since the last
     scan's latest event minus `lookback`, and what they find continues the last scan's
@@ -87,9 +96,16 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
                                 since)
         doc["method"]["incremental"]["detectors_run"] = sorted(only or DETECTORS)
     tracked = track(doc, before, alert_on)
-    if store.catalog.exists():
-        save_findings(store, con, doc, tracked.statuses)
-    return ScanResult(doc, attributed, totals, con, tracked)
+    result = ScanResult(doc, attributed, totals, con, tracked)
+    if not save:
+        return result
+    if save_to is not None or store.read_only:
+        if since is not None:
+            raise ValueError("a scheduled scan keeps its findings in its store")
+        result.saved_in = save_in_folder(save_to, con, doc, tracked.statuses, result.unit_kinds)
+    elif store.catalog.exists():
+        save_in_store(store, con, doc, tracked.statuses, result.unit_kinds)
+    return result
 
 
 def _mark_unseen(con: duckdb.DuckDBPyConnection, store: Store) -> None:
@@ -189,61 +205,6 @@ def _continued_totals(before: dict, new: dict) -> dict:
     out["start"] = min(filter(None, (before["start"], new["start"])), default=None)
     out["end"] = max(filter(None, (before["end"], new["end"])), default=None)
     return out
-
-
-def save_findings(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
-                  statuses: dict[str, str]) -> None:
-    """Findings and the events each claims become Parquet files, committed like a batch."""
-    with store.writing():
-        with store.catalog_connection(read_only=True) as cat:
-            run_id = cat.execute("SELECT coalesce(max(run_id), 0) + 1 FROM findings_runs"
-                                 ).fetchall()[0][0]
-        (store.root / "findings").mkdir(exist_ok=True)
-        f_rel = f"findings/findings-{run_id:06d}.parquet"
-        claims = "SELECT finding_id, event_id FROM claims"
-        # a scheduled scan's claims are what it added to the last scan's (store.since_full_scan);
-        # every MAX_ADDED scans they are merged into one file, so reading them stays cheap
-        scheduled, suffix = "incremental" in doc["method"], ".parquet"
-        if scheduled:
-            earlier = store.committed_files()["finding_events"]
-            if len(earlier) < MAX_ADDED:
-                suffix = ADDED
-            else:
-                claims = f"SELECT * FROM read_parquet({db.sql_list(earlier)}) UNION {claims}"
-        e_rel = f"findings/finding-events-{run_id:06d}{suffix}"
-        rows = doc["findings"]
-        table = pa.table({
-            "id": [r["id"] for r in rows], "detector": [r["detector"] for r in rows],
-            "severity": [r["severity"] for r in rows], "title": [r["title"] for r in rows],
-            "summary": [r["summary"] for r in rows],
-            "actors": pa.array([r["actors"] for r in rows], pa.list_(pa.string())),
-            "targets": pa.array([r["targets"] for r in rows], pa.list_(pa.string())),
-            "sessions": pa.array([r["sessions"] for r in rows], pa.list_(pa.string())),
-            "start": [r["start"] for r in rows], "end": [r["end"] for r in rows],
-            "events": pa.array([r["events"] for r in rows], pa.int64()),
-            "lines": pa.array([r["lines"] for r in rows], pa.int64()),
-            "bytes": pa.array([r["bytes"] for r in rows], pa.int64()),
-            "tokens": pa.array([r["tokens"] for r in rows], pa.int64()),
-            "cost_usd": pa.array([r["cost_usd"] for r in rows], pa.float64()),
-            "status": pa.array([statuses.get(r["id"]) for r in rows], pa.string()),
-            "json": [json.dumps(r, sort_keys=True) for r in rows],
-        })
-        con.register("_findings", table)
-        con.execute(f"COPY _findings TO {db.sql_literal(str(store.root / f_rel))} (FORMAT parquet)")
-        con.unregister("_findings")
-        con.execute(f"COPY ({claims} ORDER BY finding_id, event_id) "
-                    f"TO {db.sql_literal(str(store.root / e_rel))} (FORMAT parquet)")
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        with store.catalog_connection() as cat:
-            cat.execute("INSERT INTO findings_runs (run_id, started, findings_file, "
-                        "finding_events_file, json, batches_seen) "
-                        "VALUES (?, ?, ?, ?, ?, (SELECT max(batch_id) FROM batches))",
-                        [run_id, now, f_rel, e_rel, findings_json.dumps(doc)])
-    if not scheduled:  # the report reads them; a scheduled scan's window has no use for them
-        from .findings_store import define_finding_views
-
-        define_finding_views(con, store.committed_files())
-
 
 
 def detector_docs() -> list[tuple[str, str, list[tuple[str, object, str]]]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import os
 import time
@@ -25,7 +26,8 @@ import duckdb
 import pyarrow.parquet as pq
 
 from . import db
-from .schema import COLUMNS, QUARANTINE_COLUMNS, create_table_sql
+from .errors import StoreBusy, StoreMissing, StoreReadOnly
+from .schema import COLUMNS, QUARANTINE_COLUMNS, Column, create_table_sql
 
 DEFAULT_STORE = ".loophound"
 CATALOG = "catalog.duckdb"
@@ -81,6 +83,11 @@ CREATE TABLE IF NOT EXISTS findings_runs (
   batches_seen INTEGER      -- the newest batch when it ran: later batches are new to the next
 );
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS batches_seen INTEGER;
+-- a saved run: which finding owns each event and what each event cost, and the run's
+-- document as a file, so a report and a copy of the folders need nothing else
+ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS attribution_file VARCHAR;
+ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS run_file VARCHAR;
+ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS inputs_file VARCHAR;
 """
 
 
@@ -92,12 +99,13 @@ _LAST_SEEN = """WITH last AS (
   FROM findings_runs r ORDER BY run_id DESC LIMIT 1)"""
 
 
-class StoreBusy(RuntimeError):
-    pass
+# Files a writer is about to write, one relative path a line, made durable before the file
+# is: after a kill, recovery deletes only what is listed here and no commit lists. Nothing
+# else in a store folder is ever deleted by a recovery (a copy, a user's file, a newer
+# version's file stays).
+JOURNAL = "writing.journal"
 
-
-class StoreMissing(FileNotFoundError):
-    pass
+_READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 class Store:
@@ -118,6 +126,30 @@ class Store:
     def exists(self) -> bool:
         return self.catalog.exists() or self.is_bare
 
+    @property
+    def read_only(self) -> bool:
+        """Evidence this process may read but not write: a copy without its catalog, or a
+        folder (or catalog) the file system will not let us change. Reading commands work on
+        it; a scan saves its findings elsewhere (see `loophound.scan`)."""
+        if self.is_bare:
+            return True
+        if not self.root.exists():
+            return False
+        return not (os.access(self.root, os.W_OK)
+                    and (not self.catalog.exists() or os.access(self.catalog, os.W_OK)))
+
+    def require_writable(self) -> None:
+        """Raise `StoreReadOnly` with what to do, for commands that must write the store."""
+        if self.is_bare:
+            raise StoreReadOnly(
+                f"{self.root} holds Parquet files but no catalog ({CATALOG}): it is a copy, kept "
+                "as read-only evidence. `scan`, `report`, `sql` and `verify` read it as it is; "
+                "to add logs, ingest them into a new store (--store NEW)")
+        if self.read_only:
+            raise StoreReadOnly(
+                f"{self.root} cannot be written (read-only file system or no permission); "
+                "reading commands work on it, or copy it somewhere writable")
+
     # -- writing -----------------------------------------------------------------------
 
     _held: dict[Path, int] = {}  # stores this process holds the write lock of (re-entrant)
@@ -132,7 +164,11 @@ class Store:
         the lock is released: for a scheduled scan, which lasts about a second and uses the
         catalog a dozen times, each open and close costing 10-20 ms. Others keep it closed
         between uses, so a long ingest never stalls a reader."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.require_writable()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(self.root, exc) from None
         key = self.root.resolve()
         if Store._held.get(key):
             Store._held[key] += 1
@@ -141,9 +177,12 @@ class Store:
             finally:
                 Store._held[key] -= 1
             return
-        (self.root / "events").mkdir(exist_ok=True)
-        (self.root / "quarantine").mkdir(exist_ok=True)
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            (self.root / "events").mkdir(exist_ok=True)
+            (self.root / "quarantine").mkdir(exist_ok=True)
+            fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _unwritable(self.root, exc) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -170,6 +209,7 @@ class Store:
                 else:  # killed, failed, or written by a version that did not leave the mark
                     self._remove_orphans()
                 yield
+                (self.root / JOURNAL).unlink(missing_ok=True)  # all it lists is committed
                 clean.touch()
         finally:
             Store._held.pop(key, None)
@@ -192,18 +232,37 @@ class Store:
                     time.sleep(0.05)
             yield con
 
+    def intend(self, *relative: str) -> None:
+        """Record that this writer is about to write these files (paths relative to the
+        store), durably, before it writes them: only such files may a recovery delete."""
+        path = self.root / JOURNAL
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.writelines(r + "\n" for r in relative)
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def _remove_orphans(self) -> None:
-        """Parquet files a killed run wrote but never committed are invisible: delete them."""
+        """Files a killed writer recorded as in progress (`intend`) but never committed are
+        invisible to every reader: delete them, and nothing else."""
+        journal = self.root / JOURNAL
+        if not journal.exists():
+            return
+        intended = {line.strip() for line in journal.read_text(encoding="utf-8").splitlines()
+                    if line.strip()}
         with self.catalog_connection(read_only=True) as con:
             listed = {r[0] for r in con.execute(
                 "SELECT events_file FROM batches UNION SELECT quarantine_file FROM batches "
                 "UNION SELECT findings_file FROM findings_runs "
-                "UNION SELECT finding_events_file FROM findings_runs"
+                "UNION SELECT finding_events_file FROM findings_runs "
+                "UNION SELECT attribution_file FROM findings_runs "
+                "UNION SELECT run_file FROM findings_runs "
+                "UNION SELECT inputs_file FROM findings_runs"
             ).fetchall() if r[0]}
-        for sub in ("events", "quarantine", "findings"):
-            for f in (self.root / sub).glob("*.parquet*"):
-                if f"{sub}/{f.name}" not in listed:
-                    f.unlink()
+        for rel in sorted(intended - listed):
+            target = (self.root / rel).resolve()
+            if target.parent.parent == self.root.resolve():  # only inside the store's folders
+                target.unlink(missing_ok=True)
+        journal.unlink()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -281,6 +340,15 @@ class Store:
         fe = [str(root / f) for f in since_full_scan([r[1] for r in runs if r[1]])]
         return {"events": [str(root / p) for p in ev], "quarantine": [str(root / p) for p in qu],
                 "findings": fi, "finding_events": fe}
+
+
+def _unwritable(root: Path, exc: OSError) -> Exception:
+    """An OSError while preparing to write, as the user's condition when it is one."""
+    if exc.errno in _READ_ONLY_ERRNOS:
+        return StoreReadOnly(f"cannot write the store {root}: {exc.strerror} "
+                             "(read-only file system or no permission); reading commands "
+                             "work on it, or use a writable --store")
+    return exc
 
 
 def since_full_scan(files: list) -> list:
@@ -374,9 +442,30 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
              || 'it is read once it is complete' AS detail, pending_preview AS preview
            FROM _inputs WHERE pending_length > 0"""
     )
-    from .findings_store import define_finding_views
-
     define_finding_views(con, files)
+
+
+FINDING_COLUMNS = tuple(Column(n, t, "") for n, t in (
+    ("id", "VARCHAR"), ("detector", "VARCHAR"), ("severity", "VARCHAR"), ("title", "VARCHAR"),
+    ("summary", "VARCHAR"), ("actors", "VARCHAR[]"), ("targets", "VARCHAR[]"),
+    ("sessions", "VARCHAR[]"), ("start", "VARCHAR"), ("end", "VARCHAR"), ("events", "BIGINT"),
+    ("lines", "BIGINT"), ("bytes", "BIGINT"), ("tokens", "BIGINT"), ("cost_usd", "DOUBLE"),
+    ("status", "VARCHAR"), ("json", "VARCHAR"),
+))
+FINDING_EVENT_COLUMNS = (Column("finding_id", "VARCHAR", ""), Column("event_id", "BIGINT", ""))
+
+
+def define_finding_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> None:
+    """`findings` and `finding_events`: the last scan's findings and the events each claims
+    (empty, with their columns, before any scan has run)."""
+    con.execute("CREATE OR REPLACE TEMP VIEW findings AS "
+                + parquet_select(files.get("findings", []), FINDING_COLUMNS))
+    claims = files.get("finding_events", [])
+    # several files: a full scan's claims and what scheduled scans added; a finding a later
+    # scan found afresh may repeat some
+    unique = "SELECT DISTINCT * FROM " if len(claims) > 1 else "SELECT * FROM "
+    con.execute("CREATE OR REPLACE TEMP VIEW finding_events AS "
+                f"{unique}({parquet_select(claims, FINDING_EVENT_COLUMNS)})")
 
 
 def _at_or_after(since: dt.datetime) -> str:
@@ -440,7 +529,10 @@ def keep_windows() -> None:
 
 def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM (VALUES (1)) WHERE false")
-    if store.is_bare or not store.catalog.exists():
+    snapshots = sorted((store.root / "findings").glob("inputs-*.parquet"))
+    if not store.catalog.exists() and snapshots:  # a copy: its inputs as its last scan saw them
+        table = pq.read_table(snapshots[-1])
+    elif not store.catalog.exists():
         with db.connect() as scratch:
             scratch.execute(CATALOG_SCHEMA)
             table = scratch.sql("SELECT * FROM inputs").to_arrow_table()

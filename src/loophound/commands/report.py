@@ -9,8 +9,6 @@ holds the logs.
 # defined inside register() at definition time, and they are local names there.
 
 import datetime as dt
-import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,14 +38,13 @@ def register(app: typer.Typer) -> None:
         PricesOpt,
         SetOpt,
         StoreOpt,
-        _scan,
         err,
         exit_status,
         fail,
         out,
         print_findings,
         print_ingest_report,
-        run_ingest,
+        user_errors,
     )
     from ..store import DEFAULT_STORE
 
@@ -56,10 +53,6 @@ def register(app: typer.Typer) -> None:
     GeneratedOpt = Annotated[str | None, typer.Option(
         "--generated-at", help="Generation time to print in the report (ISO-8601), for "
                                "reproducible files; default SOURCE_DATE_EPOCH, else now.")]
-
-    def scan(store: Path, config, set_, prices, cost_per_call):
-        got = _scan([], store, config, set_ or [], prices, cost_per_call)
-        return got[0] if isinstance(got, tuple) else got  # (ScanResult, IngestReport)
 
     @contextmanager
     def step(text: str, spinner: bool = True):
@@ -72,38 +65,47 @@ def register(app: typer.Typer) -> None:
             yield
         err.print(f"[dim]{text}: {time.perf_counter() - t0:.1f} s[/]", highlight=False)
 
-    def write_report(result, out_file: Path, generated_at: str | None) -> None:
-        from ..report import build, write
-
-        with step("writing the report"):
-            html = build(result, _when(generated_at))
-            size = write(html, out_file)
-        print_findings(result.document)
-        out.print(f"report: {out_file} ({size / 1e6:.1f} MB); open it in any browser, offline",
-                  highlight=False)
+    def reported(made) -> None:
+        print_findings(made.document)
+        out.print(f"report: {made.path} ({made.bytes / 1e6:.1f} MB); open it in any browser, "
+                  "offline", highlight=False)
 
     @app.command("report")
     def report_cmd(
         out_file: OutOpt = DEFAULT_OUT,
         store: StoreOpt = Path(DEFAULT_STORE),
+        findings_dir: Annotated[Path | None, typer.Option(
+            "--findings-dir", help="Report the run saved in this folder (by `scan "
+                                   "--findings-dir`, or a scan of a read-only store).")] = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
         prices: PricesOpt = None,
         cost_per_call: CallCostOpt = None,
         generated_at: GeneratedOpt = None,
     ) -> None:
-        """Write the HTML incident report of a store: one self-contained file to share.
+        """Write the HTML incident report of a store's last saved scan: one file to share.
+
+        Takes no lock and writes nothing in the store, so it works on a store another
+        process is writing, on a read-only copy, and on a copy of the Parquet folders. With
+        detector or cost settings, or when no saved scan covers all the store holds, it
+        scans in memory first and says so.
 
         Example: loophound report --store .loophound --out reports/incident.html
         """
+        from .. import api
+
         _when(generated_at)
-        with step("detecting loops and attributing cost"):
-            result = scan(store, config, set_, prices, cost_per_call)
-        write_report(result, out_file, generated_at)
+        with step("making the report"), user_errors():
+            made = api.write_report(store, out_file, generated_at=_when(generated_at),
+                              run_folder=findings_dir, config=config, settings=set_ or [],
+                              prices=prices, cost_per_call=cost_per_call)
+        err.print(f"[dim]from {made.source}[/]", highlight=False)
+        reported(made)
 
     @app.command("investigate")
     def investigate_cmd(
-        paths: Annotated[list[str], typer.Argument(help="Log files, directories or globs.")],
+        paths: Annotated[list[str] | None, typer.Argument(
+            help="Log files, directories or globs (none: the --store as it is).")] = None,
         out_file: OutOpt = DEFAULT_OUT,
         store: Annotated[Path | None, typer.Option(
             "--store", "-s", help="Keep the evidence store in this folder (reused and extended "
@@ -120,25 +122,31 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Ingest PATHs, detect runaway loops, attribute their cost, write the HTML report.
 
+        With --store and no PATHs: scan and report what the store holds (a read-only copy
+        included: its findings then go to a temporary folder, and the store is not changed).
+
         Example: loophound investigate sample_logs/ --out reports/incident.html
         """
+        from .. import api
+
         if fail_on not in SEVERITIES + ("never",):
             fail(f"--fail-on must be one of {', '.join(SEVERITIES)}, never; got {fail_on!r}")
+        if not paths and store is None:
+            fail("name the logs to investigate (files, folders or globs), or a --store that "
+                 "holds them")
         _when(generated_at)
-        tmp = None
-        if store is None:
-            tmp = Path(tempfile.mkdtemp(prefix="loophound-store-"))
-            store = tmp
-        try:
-            with step("reading the logs", spinner=False):  # ingest draws its own bar
-                report = run_ingest(paths, store, None, None, 16 * 1024 * 1024)
-            print_ingest_report(report, store if tmp is None else Path("(temporary store)"))
-            with step("detecting loops and attributing cost"):
-                result = scan(store, config, set_, prices, cost_per_call)
-            write_report(result, out_file, generated_at)
-            status = exit_status(result.document, fail_on)
-            result.con.close()
-        finally:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-        raise typer.Exit(status)
+
+        def show(report) -> None:
+            print_ingest_report(report, store if store is not None else Path("(temporary store)"))
+
+        with user_errors():
+            done = api.investigate(paths or [], out_file, store=store,
+                                   generated_at=_when(generated_at), config=config,
+                                   settings=set_ or [], prices=prices,
+                                   cost_per_call=cost_per_call, on_ingest=show,
+                                   step=lambda text: step(text, spinner=text != "reading the logs"))
+        if done.scan.saved_in is not None:
+            err.print(f"findings saved in {done.scan.saved_in} (the store is read-only evidence "
+                      "and was not changed)", highlight=False)
+        reported(done.report)
+        raise typer.Exit(exit_status(done.report.document, fail_on))

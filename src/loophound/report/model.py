@@ -184,13 +184,14 @@ def generation_time(explicit: dt.datetime | str | None = None) -> str:
 
 
 def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report:
-    """The report's data from a `ScanResult` (document, attributed findings, connection)."""
+    """The report's data from a scan's results: anything with `document` (the findings
+    document), `unit_kinds` (finding id → the kinds it counts as actions) and `con` (the views
+    and the attribution's tables): a fresh `ScanResult`, or a saved run read back."""
     con: duckdb.DuckDBPyConnection = result.con
     doc: dict = result.document
     _facts(con)
     findings = doc["findings"]
     labels = {f["id"]: f"F{i + 1}" for i, f in enumerate(findings)}
-    by_id = {a.finding.id: a for a in result.attributed}
     log_bytes = sum(int(i.get("bytes") or 0) for i in doc["inputs"])
     t = doc["totals"]
     total_events = int(t["events"])
@@ -200,7 +201,7 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
         start=t["start"], end=t["end"], total_events=total_events, log_bytes=log_bytes,
     )
     owned = _owned(con)
-    unit_kinds = {fid: tuple(a.finding.unit_kinds) for fid, a in by_id.items()}
+    unit_kinds = result.unit_kinds
     windows = {f["id"]: w for f in findings[:MAX_PANELS] if (w := _window(f)) is not None}
     claimed = _claims_pass(con, windows)
     nouns = _nouns(claimed, unit_kinds)
@@ -224,12 +225,11 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
                                      q.truncated, q.problem))
         panel = Panel(labels[f["id"]], f, own, excl, noun, phrase(f, noun),
                       overlaps.get(f["id"], []), evidence, details=_details(f["details"]))
-        attributed = by_id.get(f["id"])
         if f["id"] in windows and f["id"] in claimed:
             panel.rate = _rate_chart(con, windows[f["id"]], claimed[f["id"]],
                                      unit_kinds.get(f["id"], UNIT_KINDS_ALL))
         if f["detector"] == "ping_pong" or "pair" in f["details"]:
-            panel.sequence = _sequence(con, f, attributed)
+            panel.sequence = _sequence(con, f)
         if f["detector"] == "trigger_cycle" or "cycle" in f["details"]:
             panel.graph = _graph(con, f)
         panels.append(panel)
@@ -817,7 +817,7 @@ def _first_claimed(con, fid: str, limit: int) -> tuple[list[int], int]:
     return ids, int(total)
 
 
-def _sequence(con, f: dict, attributed: Any) -> Sequence | None:
+def _sequence(con, f: dict) -> Sequence | None:
     """The first exchanges of a ping-pong, as arrows between the two parties."""
     ids, total = _first_claimed(con, f["id"], SEQUENCE_STEPS)
     if not ids:

@@ -1,0 +1,273 @@
+"""loophound as a library: the use cases the CLI is a thin shell over.
+
+    import loophound
+
+    store = loophound.ingest(["logs/"], store="evidence")        # read logs into a store
+    result = loophound.scan("evidence")                          # detect, attribute, save a run
+    loophound.write_report("evidence", "incident.html")         # the report of the saved run
+    ev = loophound.open("evidence")
+    ev.events().filter(pl.col("error").is_not_null()).collect()  # polars, lazily over Parquet
+
+Every function raises `loophound.errors.UserError` (a subclass says which) for what a user can
+fix; the CLI turns those into one-line messages and exit status 2.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError, StoreMissing
+from .ingest import IngestOptions, IngestReport
+from .ingest import ingest as _ingest
+from .runs import SavedRun, is_current, load_run, open_run
+from .store import DEFAULT_STORE, Store
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from .scan import ScanResult
+
+PathLike = str | os.PathLike
+
+
+def _store(store: PathLike | Store) -> Store:
+    return store if isinstance(store, Store) else Store(store)
+
+
+def _existing(store: PathLike | Store) -> Store:
+    s = _store(store)
+    if not s.exists():
+        raise StoreMissing(f"no loophound store at {s.root}: run `loophound ingest PATH "
+                           f"--store {s.root}` first")
+    return s
+
+
+@dataclass
+class Evidence:
+    """An opened store, for analysis: its tables as polars LazyFrames over the Parquet files
+    (nothing is read until `collect()`), its saved runs, and SQL over its views."""
+
+    store: Store
+
+    def _frame(self, kind: str) -> pl.LazyFrame:
+        import polars as pl
+
+        from .schema import COLUMNS, QUARANTINE_COLUMNS
+
+        files = self.store.committed_files()[kind]
+        if files:
+            return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
+        columns = COLUMNS if kind == "events" else QUARANTINE_COLUMNS
+        return pl.DataFrame({c.name: [] for c in columns}).lazy()
+
+    def events(self) -> pl.LazyFrame:
+        """Every committed event (the `events` view's columns; see the README's table)."""
+        return self._frame("events")
+
+    def quarantine(self) -> pl.LazyFrame:
+        """Every line that did not become an event, with file, line and reason."""
+        return self._frame("quarantine")
+
+    def last_run(self) -> SavedRun | None:
+        """The newest saved scan of this store, or None."""
+        return load_run(self.store)
+
+    def findings(self) -> pl.LazyFrame:
+        """The findings of the newest saved scan (empty before any)."""
+        import polars as pl
+
+        run = self.last_run()
+        path = run.path("findings") if run else None
+        if path is None:
+            return pl.DataFrame({"id": [], "detector": [], "severity": []},
+                                schema={"id": pl.String, "detector": pl.String,
+                                        "severity": pl.String}).lazy()
+        return pl.scan_parquet(path)
+
+    def sql(self, query: str, params: dict[str, Any] | None = None):
+        """Run one read-only query over the store's views; returns a DuckDB relation
+        (`.pl()`, `.df()`, `.fetchall()`). Parameters are bound, never pasted."""
+        from .queries import check_read_only, readonly_connection
+
+        check_read_only(query)
+        return readonly_connection(self.store).sql(query, params=params)
+
+
+def open(path: PathLike = DEFAULT_STORE) -> Evidence:  # noqa: A001 — loophound.open(path)
+    """Open the store at `path` for reading (a copy of its Parquet folders works too)."""
+    return Evidence(_existing(path))
+
+
+def ingest(paths: Iterable[str], store: PathLike | Store = DEFAULT_STORE, *,
+           format: str | None = None, mapping: dict | None = None,  # noqa: A002
+           max_line_bytes: int = 16 * 1024 * 1024, wait: bool = True,
+           on_progress: Callable[[int, int], None] | None = None,
+           on_wait: Callable[[], None] | None = None) -> IngestReport:
+    """Read `paths` (files, folders, globs) into `store`; see `loophound ingest`."""
+    options = IngestOptions(format=format, mapping=mapping, max_line_bytes=max_line_bytes,
+                            wait=wait)
+    return _ingest(list(paths), _store(store), options, on_progress, on_wait)
+
+
+def cost_model(prices: PathLike | None = None, cost_per_call: float | None = None):
+    """The price table (shipped, extended by `prices`) and the assumed cost of a call
+    without tokens (None: the default; negative: leave such calls unpriced)."""
+    from .attribute.costs import DEFAULT_COST_PER_CALL, load_cost_model
+
+    per_call = DEFAULT_COST_PER_CALL if cost_per_call is None else (
+        cost_per_call if cost_per_call >= 0 else None)
+    try:
+        return load_cost_model(Path(prices) if prices else None, per_call)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
+         config: PathLike | None = None, settings: Sequence[str] = (),
+         prices: PathLike | None = None, cost_per_call: float | None = None,
+         save: bool = True, save_to: PathLike | None = None, wait: bool = True,
+         on_wait: Callable[[], None] | None = None,
+         on_ingest: Callable[[IngestReport], None] | None = None,
+         incremental: bool = False, alert_on: str = "high",
+         lookback: dt.timedelta = dt.timedelta(hours=1)) -> ScanResult | None:
+    """Ingest `paths` (if any), then detect and attribute, and save the run: in the store,
+    or, for a store that may not be written, in `save_to` (default a new temporary folder;
+    `result.saved_in` says where). A store being written by another process is waited for.
+
+    `incremental` (scheduled scans): read new bytes only and detect over the recent window;
+    returns None when nothing arrived since the last scan."""
+    from .scan import scan_store
+
+    s = _store(store)
+    costs = cost_model(prices, cost_per_call)
+    config_path = Path(config) if config else None
+    if not paths and not incremental and (s.read_only or save_to is not None or not save):
+        # nothing to write in the store: no lock, so a copy or a busy store can be scanned
+        return scan_store(_existing(s), config_path, list(settings), costs, save=save,
+                          save_to=Path(save_to) if save_to else None)
+    with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
+        if paths:
+            report = ingest(paths, s, wait=wait, on_wait=on_wait)
+            if on_ingest:
+                on_ingest(report)
+        s = _existing(s)
+        if incremental and not s.has_unseen_batches():  # none since the last scan
+            return None
+        return scan_store(s, config_path, list(settings), costs, alert_on=alert_on,
+                          lookback=lookback if incremental else None, save=save,
+                          save_to=Path(save_to) if save_to else None)
+
+
+@dataclass
+class ReportResult:
+    path: Path
+    bytes: int
+    document: dict
+    source: str  # what the report was made from, in words
+
+
+def write_report(store: PathLike | Store = DEFAULT_STORE, out: PathLike = "reports/incident.html",
+                 *,
+           generated_at: dt.datetime | str | None = None, run_folder: PathLike | None = None,
+           config: PathLike | None = None, settings: Sequence[str] = (),
+           prices: PathLike | None = None, cost_per_call: float | None = None) -> ReportResult:
+    """Write the HTML report of `store`'s newest saved run (or of the run in `run_folder`).
+    Takes no lock and writes nothing in the store. With detector or cost settings, or when
+    no saved run covers everything the store holds, it scans in memory first (and says so)."""
+    from .report import build, write
+
+    s = _existing(store)
+    run = load_run(s, Path(run_folder) if run_folder else None)
+    custom = bool(config or settings or prices or cost_per_call is not None)
+    if run is not None and run.full and not custom and (run_folder or is_current(s, run)):
+        opened = open_run(s, run)
+        source = f"saved run {run.number} ({run.folder})"
+    else:
+        opened = scan(s, config=config, settings=settings, prices=prices,
+                      cost_per_call=cost_per_call, save=False)
+        why = ("with the settings given" if custom else
+               "no saved scan" if run is None or not run.full else
+               "the saved scan predates batches ingested since")
+        source = f"a scan in memory ({why}; nothing written to the store)"
+    try:
+        size = write(build(opened, generated_at), Path(out))
+    finally:
+        opened.con.close()
+    return ReportResult(Path(out), size, opened.document, source)
+
+
+@dataclass
+class Investigation:
+    report: ReportResult
+    ingest: IngestReport | None
+    scan: ScanResult
+
+
+def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *,
+                store: PathLike | None = None, generated_at: dt.datetime | str | None = None,
+                config: PathLike | None = None, settings: Sequence[str] = (),
+                prices: PathLike | None = None, cost_per_call: float | None = None,
+                on_ingest: Callable[[IngestReport], None] | None = None,
+                step: Callable[[str], Any] | None = None) -> Investigation:
+    """Ingest, scan and report in one go. Without `store`, a temporary store holds exactly
+    `paths` and is removed at the end. With a `store` and no `paths`, the store as it is."""
+    from contextlib import nullcontext
+
+    from .report import build, write
+
+    step = step or (lambda _text: nullcontext())
+    tmp = None
+    if store is None:
+        tmp = Path(tempfile.mkdtemp(prefix="loophound-store-"))
+        store = tmp
+    try:
+        ingested = None
+        if paths:
+            with step("reading the logs"):
+                ingested = ingest(paths, store)
+            if on_ingest:
+                on_ingest(ingested)
+        with step("detecting loops and attributing cost"):
+            result = scan(store, config=config, settings=settings, prices=prices,
+                          cost_per_call=cost_per_call)
+        with step("writing the report"):
+            size = write(build(result, generated_at), Path(out))
+        where = result.saved_in or Store(store).root
+        made = ReportResult(Path(out), size, result.document, f"this scan (saved in {where})")
+        result.con.close()
+        return Investigation(made, ingested, result)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class Verdict:
+    path: str
+    bytes: int
+    sha256: str
+    verdict: str  # same, changed, gone (inputs); readable, unreadable (a copy's files)
+
+
+def verify(store: PathLike | Store = DEFAULT_STORE) -> list[Verdict]:
+    """Re-hash every input and compare with the SHA-256 recorded when it was read. A copy
+    without a catalog has no record to compare with: each of its Parquet files is read whole
+    and hashed, so the verdict says whether it is readable and the hash can be compared with
+    the original's."""
+    from .ingest import verify_inputs, verify_parquet_files
+
+    s = _existing(store)
+    if s.is_bare:
+        return [Verdict(*row) for row in verify_parquet_files(s)]
+    return [Verdict(*row) for row in verify_inputs(s)]
+
+
+__all__ = ["Evidence", "Investigation", "ReportResult", "Verdict", "cost_model", "ingest",
+           "investigate", "open", "scan", "verify", "write_report"]
