@@ -10,7 +10,7 @@ shell over it. Its functions are imported on first use, so `import loophound` st
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 _API = ("Evidence", "cost_model", "ingest", "investigate", "open", "scan", "verify",
         "write_report")

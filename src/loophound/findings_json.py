@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .attribute import Attributed, Totals
 from .vocabulary import Severity
 

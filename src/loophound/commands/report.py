@@ -31,7 +31,8 @@ def _when(value: str | None) -> dt.datetime | None:
 
 
 def register(app: typer.Typer) -> None:
-    from ..cli import (
+    from ..store import DEFAULT_STORE
+    from .shell import (
         SEVERITIES,
         CallCostOpt,
         ConfigOpt,
@@ -46,7 +47,6 @@ def register(app: typer.Typer) -> None:
         print_ingest_report,
         user_errors,
     )
-    from ..store import DEFAULT_STORE
 
     OutOpt = Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write (its folder "
                                                                "is created).")]

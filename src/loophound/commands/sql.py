@@ -269,7 +269,7 @@ def write_result(res: duckdb.DuckDBPyConnection, fmt: str, out: Path | None,
 
 
 def _stdout_console() -> Console:
-    from ..cli import out
+    from .shell import out
 
     if out.is_terminal:
         return out
@@ -341,7 +341,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str], fm
 
 def report_error(exc: BaseException, console: Console | None = None) -> None:
     """DuckDB's message (with its LINE and ^ position) or ours, without a traceback."""
-    from ..cli import err
+    from .shell import err
 
     console = console or err
     text = str(exc).rstrip()
@@ -424,7 +424,7 @@ def query_cmd(
     """
     def action() -> None:
         if list_ or name is None:
-            from ..cli import out as console
+            from .shell import out as console
 
             print_query_list(console)
             return
@@ -652,7 +652,7 @@ def shell_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
 
     Example: echo "SELECT count(*) FROM events;" | loophound shell --store .loophound
     """
-    from ..cli import err
+    from .shell import err
 
     try:
         con = open_store(store)

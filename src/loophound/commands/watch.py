@@ -10,7 +10,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from ..cli import (
+    from ..watch import parse_every
+    from .shell import (
         DEFAULT_STORE,
         AlertOnOpt,
         AlertsOpt,
@@ -25,7 +26,6 @@ def register(app: typer.Typer) -> None:
         fail,
         incremental_scan,
     )
-    from ..watch import parse_every
 
     @app.command("watch")
     def watch_cmd(

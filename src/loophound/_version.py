@@ -1,0 +1,3 @@
+"""The version, in a module of its own so that anything can read it without importing the API."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,282 @@
+"""What every command shares: the consoles, how a mistake is said, the common options, and
+how ingest reports and findings are printed. The commands (in `cli` and in this package) are a
+few lines each over `loophound.api` and these."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import StoreBusy, StoreMissing, UserError
+from ..ingest import IngestOptions, IngestReport, ingest
+from ..store import DEFAULT_STORE, Store
+from ..vocabulary import SEVERITIES
+
+__all__ = ["DEFAULT_STORE", "SEVERITIES"]
+
+
+# Wide when writing to a file or pipe, so paths and titles are not cut.
+out = Console(width=None if sys.stdout.isatty() else 200)
+
+
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+StoreOpt = Annotated[Path, typer.Option("--store", "-s", help="Store folder.")]
+
+
+def say_error(message: str) -> None:
+    """`error: message` on standard error, on one line, the message shown as text (not markup)."""
+    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False,
+              soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Say what the user got wrong and leave the command with `code` (2)."""
+    say_error(message)
+    raise typer.Exit(code)
+
+
+def load_mapping_file(path: Path | None) -> dict | None:
+    """The --mapping file, read and checked before any ingest work (MappingError if bad)."""
+    from ..formats.generic import load_mapping
+
+    return None if path is None else load_mapping(path)
+
+
+def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | None,
+               max_line_bytes: int, wait: bool = True, quiet: bool = False) -> IngestReport:
+    """Ingest with a progress bar on a terminal; errors become messages, not tracebacks."""
+
+    def on_wait() -> None:
+        err.print(f"waiting: another loophound process is writing to {store} ...")
+
+    try:
+        options = IngestOptions(format=fmt, mapping=load_mapping_file(mapping),
+                                max_line_bytes=max_line_bytes, wait=wait)
+        if quiet or not err.is_terminal:  # cron: no bar, and no 0.05 s importing one
+            return ingest(paths, Store(store), options, None, on_wait)
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                      TimeRemainingColumn(), console=err, transient=True) as bar:
+            task = bar.add_task("ingesting", total=None)
+
+            def on_progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            return ingest(paths, Store(store), options, on_progress, on_wait)
+    except (UserError, StoreBusy) as exc:  # a bad path, format or mapping; a busy store
+        fail(str(exc), getattr(exc, "exit_code", 2))
+    raise AssertionError("unreachable")
+
+
+def print_ingest_report(report: IngestReport, store: Path) -> None:
+    table = Table(title=None, show_edge=False, header_style="bold")
+    for col in ("file", "format", "status", "events", "quarantined", "bytes read"):
+        table.add_column(col, justify="right" if col in ("events", "quarantined",
+                                                          "bytes read") else "left")
+    for f in report.files:
+        if f.status == "skipped":
+            continue
+        table.add_row(f.path, f.format or "-", f.status, f"{f.events:,}",
+                      f"{sum(f.quarantined.values()):,}", f"{f.new_bytes:,}")
+    out.print(table)
+    for f in report.files:
+        for reason, n in sorted(f.quarantined.items()):
+            err.print(f"[yellow]quarantined[/] {f.path}: {n:,} line(s) {reason.replace('_', ' ')}",
+                      highlight=False)
+        if f.pending:
+            err.print(f"[yellow]pending[/] {f.path}:{f.pending.line}: last line has no newline "
+                      f"({f.pending.byte_length:,} bytes); it will be read once complete",
+                      highlight=False)
+        for w in f.warnings:
+            err.print(f"[yellow]warning[/] {f.path}: {w}", highlight=False)
+        if f.status == "skipped":
+            err.print(f"[dim]skipped[/] {f.path}: {f.skipped_reason}", highlight=False)
+    out.print(f"{report.events:,} events, {report.quarantined:,} quarantined lines "
+              f"→ store {store}  (see them with: loophound sql \"SELECT * FROM quarantine\")",
+              highlight=False)
+
+
+def open_store(store: Path) -> Store:
+    s = Store(store)
+    if not s.exists():
+        fail(str(StoreMissing(f"no loophound store at {store}: run `loophound ingest PATH "
+                              f"--store {store}` first")))
+    return s
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A user's mistake raised by the library becomes one line on stderr and its exit status
+    (2); anything else is left to `run` (a bug)."""
+    try:
+        yield
+    except UserError as exc:
+        fail(str(exc), exc.exit_code)
+
+
+def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: list[str],
+          prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
+          incremental: bool = False, wait: bool = True, alert_on: str = "high",
+          lookback_s: float = 3600.0, save_to: Path | None = None):
+    """`api.scan`, printing what ingest read (unless `quiet`); errors become messages.
+    Returns (ScanResult or None, IngestReport or None): None when `incremental` and nothing
+    new arrived since the last scan."""
+    from .. import api
+
+    ingested: list[IngestReport] = []
+
+    def on_wait() -> None:
+        err.print(f"waiting: another loophound process is writing to {store} ...")
+
+    def on_ingest(report: IngestReport) -> None:
+        ingested.append(report)
+        if not quiet:
+            print_ingest_report(report, store)
+
+    with user_errors():
+        result = api.scan(store, paths, config=config, settings=set_ or [], prices=prices,
+                          cost_per_call=cost_per_call, save_to=save_to, wait=wait,
+                          on_wait=on_wait, on_ingest=on_ingest, incremental=incremental,
+                          alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s))
+    if result is not None and result.saved_in is not None and not quiet:
+        err.print(f"findings saved in {escape(str(result.saved_in))} (the store "
+                  f"{escape(str(store))} is read-only evidence and was not changed); "
+                  f"`loophound report --store {escape(str(store))} --findings-dir "
+                  f"{escape(str(result.saved_in))}` reports them", highlight=False)
+    return result, (ingested[0] if ingested else None)
+
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML file of detector "
+                                                "settings, e.g. [repeated_error] min_count = 20.")]
+
+
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override one setting: "
+                                                  "DETECTOR.PARAM=VALUE (repeatable).")]
+
+
+PricesOpt = Annotated[Path | None, typer.Option("--prices", help="TOML price table (model → $ per "
+                                                "million input/output tokens) over the shipped one.")]
+
+
+CallCostOpt = Annotated[float | None, typer.Option(
+    "--cost-per-call", help="Assumed USD per agent call for logs without tokens (bproxy requests, "
+                            "sven messages); negative to leave them unpriced. Default 0.002.")]
+
+
+FindingsDirOpt = Annotated[Path | None, typer.Option(
+    "--findings-dir", help="Keep this scan's findings (a saved run) in this folder instead of "
+                           "the store; the default for a store that may not be written is a new "
+                           "temporary folder.")]
+
+
+AlertsOpt = Annotated[Path | None, typer.Option("--alerts", help="Append alerts (JSON lines) "
+                                                "to this file instead of standard output.")]
+
+
+WebhookOpt = Annotated[str | None, typer.Option("--webhook", help="POST each alert as JSON to "
+                                                "this URL.")]
+
+
+AlertOnOpt = Annotated[str, typer.Option("--alert-on", help="Least severity that alerts: low, "
+                                         "medium, high, critical.")]
+
+
+LookbackOpt = Annotated[str, typer.Option(
+    "--lookback", help="With --incremental: detectors read the events since the last scan's "
+                       "latest one minus this much (30m, 1h, 6h); a loop still going on "
+                       "continues its finding.")]
+
+
+NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Exit at once (status 2) if another "
+                                         "loophound process is writing to the store.")]
+
+
+def print_findings(doc: dict) -> None:
+    findings = doc["findings"]
+    if not findings:
+        out.print("No findings: nothing in these logs looks like a runaway loop.")
+        return
+    table = Table(show_edge=False, header_style="bold", show_lines=False)
+    for col in ("severity", "detector", "finding", "events", "from", "to", "cost"):
+        table.add_column(col, justify="right" if col in ("events", "cost") else "left",
+                         overflow="fold")
+    colors = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
+    for f in findings:
+        cost = "-" if f["cost_usd"] is None else f"${f['cost_usd']:,.2f}"
+        table.add_row(f"[{colors[f['severity']]}]{f['severity']}[/]", f["detector"],
+                      escape(f["title"]), f"{f['events']:,}", (f["start"] or "")[:19],
+                      (f["end"] or "")[:19], cost)
+    out.print(table)
+    t = doc["totals"]
+    cost = "unpriced" if t["cost_usd"] is None else f"${t['cost_usd']:,.2f}"
+    out.print(f"{len(findings)} finding(s) over {t['events']:,} events; estimated cost of the "
+              f"whole log {cost}", highlight=False)
+
+
+def write_json(doc: dict, json_out: Path | None) -> None:
+    from ..findings_json import dumps
+
+    if json_out is None:
+        return
+    if str(json_out) == "-":
+        sys.stdout.write(dumps(doc))
+    else:
+        json_out.write_text(dumps(doc))
+
+
+def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path | None,
+                     webhook: str | None, alert_on: str, wait: bool, config: Path | None,
+                     set_: list[str], prices: Path | None, cost_per_call: float | None,
+                     json_out: Path | None = None, lookback_s: float = 3600.0) -> int:
+    """One scheduled scan: new bytes only, alerts only for new or escalated findings.
+    Returns the exit status."""
+    import json as _json
+
+    from ..watch import post_webhook
+
+    result, report = scan_store_cmd(paths, store, config, set_, prices, cost_per_call, quiet=True,
+                           incremental=True, wait=wait, alert_on=alert_on, lookback_s=lookback_s)
+    new = f"{report.events:,} new events" if report else "no inputs named"
+    if result is None:
+        err.print(f"{new}; nothing to scan", highlight=False)
+        return 0
+    write_json(result.document, json_out)
+    statuses = result.tracked.statuses
+    counts = {k: sum(1 for v in statuses.values() if v == k)
+              for k in ("new", "escalated", "growing", "ongoing", "ended")}
+    err.print(f"{new}; findings: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v),
+              highlight=False)
+    lines = [_json.dumps(a, sort_keys=True) for a in result.tracked.alerts]
+    if alerts is not None:
+        with alerts.open("a", encoding="utf-8") as fh:
+            fh.writelines(line + "\n" for line in lines)
+    else:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+    for a in result.tracked.alerts if webhook else []:
+        problem = post_webhook(webhook, a)
+        if problem:
+            err.print(f"[yellow]warning[/] {escape(problem)}", highlight=False)
+    if fail_on == "never":
+        return 0
+    floor = SEVERITIES.index(fail_on)
+    return int(any(SEVERITIES.index(a["severity"]) >= floor for a in result.tracked.alerts))
+
+
+def exit_status(doc: dict, fail_on: str) -> int:
+    if fail_on == "never":
+        return 0
+    floor = SEVERITIES.index(fail_on)
+    return int(any(SEVERITIES.index(f["severity"]) >= floor for f in doc["findings"]))
