@@ -1,22 +1,22 @@
 -- title: Cost by actor and model
--- description: What each actor spent on each model, from the `event_costs` view: stated costs,
---   tokens priced with the price table, assumed per-call costs, and unpriced tokens (a model with
---   no price is counted as unpriced, never as $0). `cost_usd` sums the events that have a cost.
+-- description: What each actor spent on each model, from the `event_costs` view, one row per
+--   basis of the figure: `stated` (the log says), `priced` (tokens × the price table),
+--   `assumed` (the cost per agent call of logs without tokens) and `unpriced` (tokens of a
+--   model with no price: counted as unpriced, never as $0, so its `cost_usd` is NULL). With
+--   `per_actor=false`, what each model cost, its actors together (`actors` counts them).
 -- param: limit = 50  -- rows to return
 -- param: file: str = null  -- only this input file (default: every file)
-SELECT e.actor,
+-- param: per_actor = true  -- a row per actor; false: a row per model, its actors together
+SELECT CASE WHEN $per_actor THEN e.actor END AS actor,
        e.model,
+       c.cost_status AS basis,
        count(*) AS events,
+       count(DISTINCT e.actor) AS actors,
        sum(c.tokens) AS tokens,
-       round(sum(c.cost_usd), 6) AS cost_usd,
-       count(*) FILTER (WHERE c.cost_status = 'stated') AS stated,
-       count(*) FILTER (WHERE c.cost_status = 'priced') AS priced,
-       count(*) FILTER (WHERE c.cost_status = 'assumed') AS assumed,
-       count(*) FILTER (WHERE c.cost_status = 'unpriced') AS unpriced,
-       coalesce(sum(c.tokens) FILTER (WHERE c.cost_status = 'unpriced'), 0) AS unpriced_tokens
+       round(sum(c.cost_usd), 6) AS cost_usd
 FROM event_costs c
 JOIN events e USING (event_id)
 WHERE $file IS NULL OR e.file = $file
-GROUP BY e.actor, e.model
-ORDER BY cost_usd DESC NULLS LAST, events DESC, e.actor, e.model
+GROUP BY ALL
+ORDER BY cost_usd DESC NULLS LAST, events DESC, actor NULLS LAST, model NULLS LAST, basis
 LIMIT $limit

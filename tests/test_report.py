@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from loophound import queries
 from loophound.attribute.costs import load_cost_model
 from loophound.ingest import ingest
 from loophound.report import build, fmt, gather, render
@@ -208,6 +209,9 @@ def test_cost_per_call_assumption_is_settable_and_stated(sample_store):
     storm = next(p for p in model.panels if p.finding["detector"] == "repeated_error"
                  and "6afr3v" in p.finding["sessions"])
     assert storm.own.cost_usd == pytest.approx(storm.own.events * 0.01, rel=1e-6)
+    # the cost tables are priced as the scan was, not with the default cost per call
+    assumed = next(c for c in model.cost_by_actor_model if c["basis"] == "assumed")
+    assert assumed["cost_usd"] == pytest.approx(assumed["items"] * 0.01)
 
 
 def test_tables_top_talkers_and_errors(sample):
@@ -216,6 +220,26 @@ def test_tables_top_talkers_and_errors(sample):
     top_error = model.errors[0]
     assert top_error["error"] == "SESSION_NOT_FOUND" and top_error["in_findings"] == top_error["events"]
     assert model.inputs and all(len(i["sha256"]) == 64 for i in model.inputs)
+
+
+def test_tables_are_the_named_queries_answers(sample):
+    """The tables are the rows `loophound query` gives, and they count what attribution
+    counts: every action once, every line's bytes, every dollar."""
+    result, model, _ = sample
+    con, totals = result.con, result.document["totals"]
+    talkers = queries.records(con, "top_talkers", limit=1 << 30, no_actor=True)
+    assert [(t["actor"], t["events"], t["bytes"], t["errors"]) for t in model.talkers] == [
+        (r["actor"], r["events"], r["bytes"], r["errors"]) for r in talkers[:len(model.talkers)]]
+    assert sum(r["events"] for r in talkers) == totals["events"]
+    assert sum(r["bytes"] for r in talkers) == totals["bytes"]
+    assert sum(r["cost_usd"] or 0 for r in talkers) == pytest.approx(totals["cost_usd"])
+    errors = queries.records(con, "top_errors", limit=len(model.errors))
+    assert [(e["error"], e["events"], e["actors"], e["top_actor"]) for e in model.errors] == [
+        (r["error"], r["attempts"], r["actors"], r["top_actor"]) for r in errors]
+    by_model = queries.records(con, "cost_by_actor_and_model", per_actor=False, limit=None)
+    assert {b: sum(r["events"] for r in by_model if r["basis"] == b)
+            for b in totals["cost_basis"]} == totals["cost_basis"]
+    assert len(model.cost_by_model) == len(by_model)
 
 
 def test_timeline_is_aggregated_and_split_by_quiet_stretches(sample):

@@ -200,6 +200,10 @@ def test_top_talkers(con):
             assert h["requests"] <= others[h["actor"]] <= h["requests"] + 5
     assert len(records(con, "top_talkers", limit=3)) == 3
     assert all(r["actor"] is not None for r in records(con, "top_talkers", limit=100))
+    # with no_actor, the lines that name none are one more row; every line's bytes count once
+    everyone = records(con, "top_talkers", limit=1000, no_actor=True)
+    assert [r["actor"] for r in everyone].count(None) == 1
+    assert sum(r["bytes"] for r in everyone) == scalar(con, "SELECT sum(byte_length) FROM events")
 
 
 def test_events_per_minute(con):
@@ -310,30 +314,41 @@ def test_trigger_edges(con):
 
 def test_cost_by_actor_and_model(con):
     rows = records(con, "cost_by_actor_and_model", limit=1000)
-    by = {(r["actor"], r["model"]): r for r in rows}
+    by = {(r["actor"], r["model"], r["basis"]): r for r in rows}
+    assert len(by) == len(rows)  # one row per actor, model and basis
     lab = SECTIONS["labtrust"]["cost"]
     priced_model = lab["models"][0]
-    coord = next(r for (actor, model), r in by.items() if model == priced_model)
+    coord = next(r for (_, model, _), r in by.items() if model == priced_model)
     assert coord["cost_usd"] == pytest.approx(lab["estimated_cost_usd"])
-    unpriced = [r for (_, model), r in by.items() if model in lab["unpriced_models"]]
-    assert sum(r["unpriced"] for r in unpriced) == lab["unpriced_calls"]
+    unpriced = [r for (_, model, _), r in by.items() if model in lab["unpriced_models"]]
+    assert unpriced and all(r["basis"] == "unpriced" for r in unpriced)
+    assert sum(r["events"] for r in unpriced) == lab["unpriced_calls"]
     assert all(r["cost_usd"] is None for r in unpriced)  # unpriced, never $0
-    assert all(r["unpriced_tokens"] > 0 for r in unpriced)
+    assert all(r["tokens"] > 0 for r in unpriced)
     # hooks state their cost: the sum over the hook agents is the logs' own total
     hooks = SECTIONS["hooks"]
     agents = {a for x in hooks["incidents"] + hooks["healthy"]
               for a in x.get("cycle", x.get("agents", []))}
-    stated = sum(r["cost_usd"] for (actor, _), r in by.items() if actor in agents)
+    stated = sum(r["cost_usd"] for (actor, _, _), r in by.items() if actor in agents)
     assert stated == pytest.approx(sum(x["cost_usd"] for x in hooks["incidents"]
                                        + hooks["healthy"]))
     # bproxy requests have no tokens: each is an assumed agent call
-    storm = by[(STORM["actor"], None)]
+    storm = by[(STORM["actor"], None, "assumed")]
     browsing = next(h for h in SECTIONS["bproxy"]["healthy"] if h.get("actor") == STORM["actor"])
-    assert storm["assumed"] == STORM["requests"] + browsing["requests"]
-    assert storm["cost_usd"] == pytest.approx(storm["assumed"] * 0.002)
+    assert storm["events"] == STORM["requests"] + browsing["requests"]
+    assert storm["cost_usd"] == pytest.approx(storm["events"] * 0.002)
     costs = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
     assert costs == sorted(costs, reverse=True)
     assert len(records(con, "cost_by_actor_and_model", file=BPROXY, limit=1000)) == 4
+    assert all(r["actors"] == (r["actor"] is not None) for r in rows)
+    # by model: the same events and dollars, the actors counted
+    models = records(con, "cost_by_actor_and_model", per_actor=False, limit=None)
+    assert all(r["actor"] is None for r in models)
+    for basis in ("stated", "priced", "assumed", "unpriced"):
+        assert sum(r["events"] for r in models if r["basis"] == basis) == sum(
+            r["events"] for r in rows if r["basis"] == basis), basis
+    assert sum(r["cost_usd"] or 0 for r in models) == pytest.approx(sum(costs))
+    assert next(r for r in models if r["model"] == priced_model)["actors"] == 1
 
 
 def test_largest_findings_and_their_evidence(sample, con):

@@ -1,6 +1,8 @@
 """Named DuckDB queries over the store's views, and the read-only connection they run on.
 
-A named query is a `.sql` file in `queries/` (one SELECT) whose header says what it is:
+A named query is a `.sql` file (one SELECT) whose header says what it is. The shipped ones are
+edited in the checkout's top-level `queries/` and installed as the package
+`loophound.named_queries`; LOOPHOUND_QUERIES names folders of your own. A header:
 
     -- title: Top errors
     -- description: The error codes returned most often, ...
@@ -12,8 +14,8 @@ A parameter is `name[: type] = default  -- help`. The default is a literal: an i
 decimal, `true`/`false`, `null`, a 'quoted string' or a bare word (a string). Its type (or the
 explicit `int`, `float`, `bool`, `str`, `timestamp`) decides how a `--param name=value` string
 is read. The SQL refers to parameters as `$name` and they are always bound, never pasted into
-the SQL text. `scan`, the detectors and the report can run the same file with `execute` or
-`records`, so one question has one answer everywhere.
+the SQL text. The report's tables are these files' answers (`records`), and anything else
+can run them with `execute` or `records`, so one question has one answer everywhere.
 
 `readonly_connection` opens a store for untrusted SQL: the documented views over the committed
 Parquet files, then the configuration locked so that no statement can touch the file system
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import importlib.util
 import os
 import re
 import shutil
@@ -40,11 +43,12 @@ import duckdb
 from .db import sql_list
 from .store import Store
 
-# Where named queries live: the top-level `queries/` of the source checkout (the package is
-# installed editable), or `loophound/queries/` inside an installed wheel. LOOPHOUND_QUERIES
-# (paths separated by os.pathsep) adds folders of your own, searched first.
+# Where the shipped named queries live: the top-level `queries/` of the source checkout, which
+# is installed as the package `loophound.named_queries` (a wheel holds a copy, an editable
+# install maps the package to the folder). LOOPHOUND_QUERIES (paths separated by os.pathsep)
+# adds folders of your own, searched first.
 SOURCE_QUERIES = Path(__file__).resolve().parents[2] / "queries"
-PACKAGE_QUERIES = Path(__file__).resolve().parent / "queries"
+SHIPPED_PACKAGE = f"{__package__}.named_queries"
 
 # The views a read-only session offers (documented in the README).
 VIEWS = ("events", "requests", "messages", "triggers", "llm_calls", "quarantine", "inputs",
@@ -179,9 +183,22 @@ def _literal(text: str) -> tuple[Any, str]:
 
 # -- the library -------------------------------------------------------------------------------
 
+def shipped_dirs() -> list[Path]:
+    """The folder of the named queries that come with loophound: that of the package
+    `loophound.named_queries` wherever it is installed, else (the checkout's `src/` on the
+    path, not installed) the checkout's `queries/`."""
+    try:
+        spec = importlib.util.find_spec(SHIPPED_PACKAGE)
+    except ImportError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return [Path(p) for p in spec.submodule_search_locations]
+    return [SOURCE_QUERIES]
+
+
 def query_dirs() -> list[Path]:
     extra = [Path(p) for p in os.environ.get("LOOPHOUND_QUERIES", "").split(os.pathsep) if p]
-    return [d for d in (*extra, SOURCE_QUERIES, PACKAGE_QUERIES) if d.is_dir()]
+    return [d for d in (*extra, *shipped_dirs()) if d.is_dir()]
 
 
 def _files() -> dict[str, Path]:
@@ -304,9 +321,12 @@ def _parse_param(spec: str, where: str) -> Param:
 
 # -- running -----------------------------------------------------------------------------------
 
-def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?",
-                            [name]).fetchall()[0][0])
+def _defined(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether `con` has a view or table `name` (a scan's `event_costs` is a table, priced
+    with the scan's cost model: it must not be replaced by one priced with the default)."""
+    return bool(con.execute(
+        "SELECT count(*) FROM (SELECT view_name AS n FROM duckdb_views() UNION ALL "
+        "SELECT table_name FROM duckdb_tables()) WHERE n = ?", [name]).fetchall()[0][0])
 
 
 def execute(con: duckdb.DuckDBPyConnection, query: str | NamedQuery,
@@ -315,7 +335,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: str | NamedQuery,
     pending on the returned connection: fetch it before the next statement."""
     q = load(query) if isinstance(query, str) else query
     bound = q.bind(params)
-    if "event_costs" in q.sql and not _has_view(con, "event_costs"):
+    if "event_costs" in q.sql and not _defined(con, "event_costs"):
         from .attribute.costs import define_cost_view, load_cost_model
 
         define_cost_view(con, load_cost_model())

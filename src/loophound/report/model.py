@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from .. import db
+from .. import db, queries
 from ..attribute import UNIT_KINDS_ALL
 from ..store import define_message_copies
 from . import fmt
@@ -886,71 +886,65 @@ def _graph(con, f: dict) -> Graph | None:
 
 
 # -- tables ----------------------------------------------------------------------------------
+# Each table is a named query's answer (queries/*.sql, as `loophound query NAME` gives it);
+# what attribution adds to a row (how many of its events a finding claims, which findings
+# explain them) is this run's, from `_rep`.
+
+
+def _explained(con, key: str, where: str = "") -> dict[Any, tuple[int, list[str]]]:
+    """Per value of `key`: how many of its units (of the `_rep` rows `where` keeps) a finding
+    claims, and the findings that own any of those rows."""
+    rows = con.execute(f"""
+      SELECT {key}, count(*) FILTER (WHERE unit), list(DISTINCT owner ORDER BY owner)
+      FROM _rep WHERE owner IS NOT NULL {where} GROUP BY ALL""").fetchall()
+    return {k: (int(n), owners) for k, n, owners in rows}
+
+
+def _labels_of(owners: list[str], labels: dict[str, str]) -> list[str]:
+    return sorted((labels[o] for o in owners if o in labels), key=lambda s: int(s[1:]))
 
 
 def _talkers(con, labels: dict[str, str], total_events: int, total_bytes: int
              ) -> tuple[list[dict], int]:
-    rows = con.execute("""
-      SELECT actor, count(*) FILTER (WHERE unit) AS events, coalesce(sum(byte_length), 0),
-             count(*) FILTER (WHERE unit AND error IS NOT NULL),
-             count(*) FILTER (WHERE unit AND owner IS NOT NULL), sum(cost_usd),
-             coalesce(sum(tokens), 0),
-             list(DISTINCT owner ORDER BY owner) FILTER (WHERE owner IS NOT NULL)
-      FROM _rep GROUP BY actor
-      ORDER BY events DESC, 3 DESC, actor NULLS LAST LIMIT ?""", [TOP_ROWS]).fetchall()
-    n_actors = con.execute("SELECT count(DISTINCT actor) FROM _rep").fetchall()[0][0]
+    explained = _explained(con, "actor")
     out = []
-    for actor, events, nbytes, errors, in_findings, cost, tokens, owners in rows:
+    for r in queries.records(con, "top_talkers", limit=TOP_ROWS, no_actor=True):
+        in_findings, owners = explained.get(r["actor"], (0, []))
         out.append({
-            "actor": actor, "events": int(events), "events_share": events / total_events
-            if total_events else None, "bytes": int(nbytes),
-            "bytes_share": nbytes / total_bytes if total_bytes else None, "errors": int(errors),
-            "in_findings": int(in_findings), "cost_usd": None if cost is None else float(cost),
-            "tokens": int(tokens),
-            "findings": sorted((labels[o] for o in owners or [] if o in labels),
-                               key=lambda s: int(s[1:])),
+            "actor": r["actor"], "events": r["events"],
+            "events_share": r["events"] / total_events if total_events else None,
+            "bytes": r["bytes"], "bytes_share": r["bytes"] / total_bytes if total_bytes else None,
+            "errors": r["errors"], "in_findings": in_findings, "cost_usd": r["cost_usd"],
+            "tokens": r["tokens"], "findings": _labels_of(owners, labels),
         })
+    n_actors = con.execute("SELECT count(DISTINCT actor) FROM _rep").fetchall()[0][0]
     return out, int(n_actors)
 
 
 def _errors(con, labels: dict[str, str]) -> list[dict]:
-    rows = con.execute("""
-      WITH per AS (
-        SELECT error, actor, count(*) AS n, count(*) FILTER (WHERE owner IS NOT NULL) AS owned,
-               list(DISTINCT owner ORDER BY owner) FILTER (WHERE owner IS NOT NULL) AS owners
-        FROM _rep WHERE unit AND error IS NOT NULL GROUP BY error, actor)
-      SELECT error, sum(n) AS n, sum(owned), count(actor), arg_max(actor, (n, actor)),
-             flatten(list(owners ORDER BY actor) FILTER (WHERE owners IS NOT NULL))
-      FROM per GROUP BY error ORDER BY n DESC, error LIMIT ?""", [TOP_ROWS + 5]).fetchall()
-    return [{"error": e, "events": int(n), "in_findings": int(owned), "actors": int(actors),
-             "top_actor": top,
-             "findings": sorted({labels[o] for o in owners or [] if o in labels},
-                                key=lambda s: int(s[1:]))}
-            for e, n, owned, actors, top, owners in rows]
+    explained = _explained(con, "error", "AND unit AND error IS NOT NULL")
+    out = []
+    for r in queries.records(con, "top_errors", limit=TOP_ROWS + 5):
+        in_findings, owners = explained.get(r["error"], (0, []))
+        out.append({"error": r["error"], "events": r["attempts"], "in_findings": in_findings,
+                    "actors": r["actors"], "top_actor": r["top_actor"],
+                    "findings": _labels_of(owners, labels)})
+    return out
 
 
 def _cost_by_actor_model(con) -> list[dict]:
-    rows = con.execute("""
-      SELECT actor, model, cost_status, count(*) AS n, coalesce(sum(tokens), 0), sum(cost_usd) AS c
-      FROM _rep WHERE cost_status IS NOT NULL GROUP BY ALL
-      ORDER BY c DESC NULLS LAST, n DESC, actor NULLS LAST, model NULLS LAST, cost_status
-      LIMIT ?""", [TOP_ROWS + 5]).fetchall()
-    return [{"actor": a, "model": m, "basis": s, "items": int(n), "tokens": int(t),
-             "cost_usd": None if c is None else float(c)} for a, m, s, n, t, c in rows]
+    return [{"actor": r["actor"], "model": r["model"], "basis": r["basis"],
+             "items": r["events"], "tokens": r["tokens"], "cost_usd": r["cost_usd"]}
+            for r in queries.records(con, "cost_by_actor_and_model", limit=TOP_ROWS + 5)]
 
 
 def _cost_by_model(con) -> list[dict]:
-    rows = con.execute("""
-      SELECT model, cost_status, count(*) AS n, coalesce(sum(tokens), 0), sum(cost_usd) AS c,
-             count(DISTINCT actor)
-      FROM _rep WHERE cost_status IS NOT NULL GROUP BY ALL
-      ORDER BY c DESC NULLS LAST, n DESC, model NULLS LAST, cost_status""").fetchall()
-    return [{"model": m, "basis": s, "items": int(n), "tokens": int(t),
-             "cost_usd": None if c is None else float(c), "actors": int(a)}
-            for m, s, n, t, c, a in rows]
+    return [{"model": r["model"], "basis": r["basis"], "items": r["events"],
+             "tokens": r["tokens"], "cost_usd": r["cost_usd"], "actors": r["actors"]}
+            for r in queries.records(con, "cost_by_actor_and_model", limit=None,
+                                     per_actor=False)]
 
 
 def _quarantine(con) -> list[dict]:
-    rows = con.execute("SELECT file, reason, count(*) FROM quarantine GROUP BY ALL "
-                       "ORDER BY 1, 2").fetchall()
-    return [{"file": f, "reason": r, "lines": int(n)} for f, r, n in rows]
+    return [{"file": r["file"], "reason": r["reason"], "lines": r["lines"]}
+            for r in queries.records(con, "quarantine_summary")]
