@@ -1,0 +1,34 @@
+"""Registries (formats, detectors, CLI commands) import every module they name: one that is
+missing is an error, never a silent skip."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from loophound import detect, formats
+from loophound.registry import present
+
+
+def test_every_registered_module_is_loaded():
+    assert len(detect.DETECTORS) == len(detect._MODULES)
+    assert len(formats.FORMATS) == len(formats._MODULES)
+
+
+def test_a_missing_registered_module_raises():
+    with pytest.raises(ImportError, match=r"registers 'no_such_detector' but there is no module "
+                                          r"loophound\.detect\.no_such_detector"):
+        present("loophound.detect", ("repeated_error", "no_such_detector"))
+
+
+def test_a_missing_import_inside_a_module_surfaces_as_itself(tmp_path, monkeypatch):
+    pkg = tmp_path / "lh_registry_probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "broken.py").write_text("import lh_registry_probe_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lh_registry_probe", raising=False)
+    with pytest.raises(ModuleNotFoundError) as exc:
+        present("lh_registry_probe", ("broken",))
+    assert exc.value.name == "lh_registry_probe_missing_dependency"
