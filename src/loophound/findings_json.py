@@ -74,7 +74,7 @@ def finding_dict(a: Attributed) -> dict:
                        "bytes": a.exclusive_bytes, "cost_usd": a.exclusive_cost_usd},
         "evidence": a.evidence,
         "recommendation": f.recommendation,
-        "details": {k: v for k, v in f.details.items() if k != "evidence"},
+        "details": dict(f.details),
     })
 
 

@@ -195,7 +195,7 @@ def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[i
              for fidx, first, last in ends}
     out = {}
     for i, f in enumerate(findings):
-        chosen = [dict(e) for e in f.details.get("evidence", [])]
+        chosen = [e.as_dict() for e in f.evidence]
         first, last = picks.get(i, ([], None))
         room = max(f.evidence_limit - len(chosen) - 1, 1)
         chosen += [{"file": p["file"], "line": p["line"]} for p in first[:room]]

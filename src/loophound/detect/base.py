@@ -3,6 +3,15 @@
 A detector reads the store's views and returns `Finding`s: who looped, how, from when to when,
 which events it claims, and why it thinks so. Detectors do not count bytes, tokens or dollars:
 `loophound.attribute` does that once, the same way for every finding, from the claimed events.
+
+Each detector is three steps, composed by `staged` into its `run`:
+
+- `measure(con, params) -> list[M]`: the numbers (counts, times, participants, the lines to
+  show), one measurement dataclass per candidate; the logic over rows lives in pure functions
+  with unit tests that need no store;
+- `judge(m, params) -> Severity | None`: the severity from the thresholds the `Params` declare
+  (None: not a finding after all);
+- `describe(m, severity, params) -> Finding`: title, summary, recommendation, details.
 """
 
 from __future__ import annotations
@@ -22,6 +31,18 @@ from ..vocabulary import Severity
 def severity_rank(severity: str) -> int:
     """0 for low ... 3 for critical; a word that is not a severity raises ValueError."""
     return Severity(severity).rank
+
+
+@dataclass(frozen=True)
+class EvidenceLine:
+    """A line of a log a reader should look at, and why."""
+
+    file: str
+    line: int
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "note": self.note}
 
 
 @dataclass
@@ -45,6 +66,8 @@ class Finding:
     # which claimed kinds are the "runaway actions" a user counts (requests, not their responses)
     unit_kinds: tuple[str, ...] = ("request",)
     details: dict[str, Any] = field(default_factory=dict)
+    # the detector's own picks, shown first; attribution adds the first and last claimed lines
+    evidence: list[EvidenceLine] = field(default_factory=list)
     evidence_limit: int = 5
 
     def __post_init__(self) -> None:
@@ -70,6 +93,25 @@ class Detector:
     # the event kinds it reads: it is skipped when the store holds none of them (a bproxy log
     # has no messages to ping-pong), which saves a scan per detector; empty means always run
     reads: tuple[str, ...] = ()
+
+
+def staged(measure: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]],
+           judge: Callable[[Any, Any], Severity | None],
+           describe: Callable[[Any, Severity, Any], Finding],
+           order: Callable[[Finding], Any] | None = None,
+           ) -> Callable[[duckdb.DuckDBPyConnection, Any], list[Finding]]:
+    """A detector's `run`: measure, judge each measurement, describe the ones that are
+    findings (in measurement order, or sorted by `order`)."""
+
+    def run(con: duckdb.DuckDBPyConnection, params: Any) -> list[Finding]:
+        findings = []
+        for m in measure(con, params):
+            severity = judge(m, params)
+            if severity is not None:
+                findings.append(describe(m, severity, params))
+        return sorted(findings, key=order) if order else findings
+
+    return run
 
 
 def param(default: Any, doc: str) -> Any:

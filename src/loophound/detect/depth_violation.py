@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from .base import Detector, Finding, param
+from .base import Detector, EvidenceLine, Finding, param
 from .lineage import CLAIM as LINEAGE_CLAIM
 from .lineage import load_lineage
 from .messages import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
@@ -167,7 +167,8 @@ def _guard_finding(r: dict, p: Params, aliases: dict[str, list[str]]) -> Finding
                  "terminated_by_guard": held, "answered_at_guard": r["n_answered"],
                  "past_guard": r["n_past"], "room_posts_at_guard": r["n_room"],
                  "max_depth": r["max_depth"], "max_hop_depth": p.max_hop_depth,
-                 "episode_messages": r["hops"], "evidence": evidence},
+                 "episode_messages": r["hops"]},
+        evidence=[EvidenceLine(**e) for e in evidence],
     )
 
 
@@ -212,7 +213,8 @@ def _stuck_finding(r: dict, p: Params, aliases: dict[str, list[str]]) -> Finding
         details={"kind": "not_carried", "channel": r["chan"], "pair": [r["pa"], r["pb"]],
                  "names": {r["pa"]: da, r["pb"]: db}, "replies_not_carried": n,
                  "depths": depths, "median_gap_ms": gap, "episode_messages": r["hops"],
-                 "max_hop_depth": p.max_hop_depth, "evidence": evidence},
+                 "max_hop_depth": p.max_hop_depth},
+        evidence=[EvidenceLine(**e) for e in evidence],
     )
 
 
@@ -285,15 +287,15 @@ def _hook_findings(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
             details={"kind": "hook_depth", "lineage_hops": len(longest), "recorded_depth": depth,
                      "depth_cap": cap, "hooks_beyond_cap": len(beyond_hops),
                      "sessions_beyond_cap": len(beyond_sessions), "revisits_agents": cyclic,
-                     "root_session": first["session"], "paths_truncated": truncated,
-                     "evidence": [
-                         {"file": first["file"], "line": first["line"],
-                          "note": f"first hook of the lineage (depth {first['depth']})"},
-                         {"file": over["file"], "line": over["line"],
-                          "note": f"hop {cap + 1} still at depth {over['depth']}: a cap of {cap} "
-                                  "would refuse it"},
-                         {"file": last["file"], "line": last["line"],
-                          "note": f"hop {len(longest)}, depth {last['depth']}"}]},
+                     "root_session": first["session"], "paths_truncated": truncated},
+            evidence=[
+                EvidenceLine(first["file"], first["line"],
+                             f"first hook of the lineage (depth {first['depth']})"),
+                EvidenceLine(over["file"], over["line"],
+                             f"hop {cap + 1} still at depth {over['depth']}: a cap of {cap} "
+                             "would refuse it"),
+                EvidenceLine(last["file"], last["line"],
+                             f"hop {len(longest)}, depth {last['depth']}")],
         ))
     return out
 

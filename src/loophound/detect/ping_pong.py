@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from .base import Detector, Finding, human_duration, param
+from .base import Detector, EvidenceLine, Finding, human_duration, param
 from .messages import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
 
 
@@ -237,8 +237,9 @@ def _finding(r: dict, p: Params, aliases: dict[str, list[str]]) -> Finding | Non
             "depths": depths, "depth_grew": depth_grew, "chains": len(ch),
             "chains_stopped_by_guard": len(guarded_chains),
             "terminated_by_guard": terminated_by_guard, "past_guard": past_guard,
-            "max_hop_depth": p.max_hop_depth, "files": r["files"], "evidence": evidence,
+            "max_hop_depth": p.max_hop_depth, "files": r["files"],
         },
+        evidence=[EvidenceLine(**e) for e in evidence],
     )
 
 

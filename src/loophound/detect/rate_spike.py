@@ -47,7 +47,7 @@ import duckdb
 import numpy as np
 
 from .. import db
-from .base import Detector, Finding, claim_units, human_duration, param
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 GUARD_ERRORS = ("METRONOME_DETECTED", "RATE_LIMITED")
@@ -533,8 +533,9 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
             "cadence": {k: v for k, v in cad.items() if k != "longest_run_start"},
             "top_actor_rate_per_s": actor_rate,
             "machine_cadence": machine_cadence, "machine_rate": machine_rate,
-            "guard_responses": guards, "includes": sp.includes, "evidence": evidence,
+            "guard_responses": guards, "includes": sp.includes,
         },
+        evidence=[EvidenceLine(**e) for e in evidence],
     )
 
 

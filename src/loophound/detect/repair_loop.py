@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from .base import Detector, Finding, param
+from .base import Detector, EvidenceLine, Finding, param
 
 
 @dataclass
@@ -218,8 +218,8 @@ def _finding(con: duckdb.DuckDBPyConnection, steps: list[dict], p: Params) -> Fi
             "tokens_growing": growing, "tokens_rising_steps": rising_steps,
             "cost_usd_stated": cost, "unpriced_steps": unpriced_steps, "models": models,
             "proposal_ids": [s["corr_id"] for s in steps][:10],
-            "evidence": evidence,
         },
+        evidence=[EvidenceLine(**e) for e in evidence],
     )
 
 

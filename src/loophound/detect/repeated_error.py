@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from .base import Detector, Finding, claim_units, human_duration, param
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
 
 # bproxy error codes whose retry hint is `never` (log-formats §2.4, after ADR-030)
 NEVER_RETRY = (
@@ -149,8 +149,6 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
         + (f"; {terminal['note']}" if terminal else "")
         + (" Near-constant gaps: a machine loop (metronome cadence)." if metronome else "")
     )
-    evidence = [{"file": terminal["file"], "line": terminal["line"], "note": terminal["note"]}] \
-        if terminal else []
     return Finding(
         detector="repeated_error",
         key=f"{r['actor']}|{r['session']}|{r['action']}|{r['error']}|{r['start']:%Y-%m-%dT%H:%M:%S}",
@@ -171,8 +169,10 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
             "median_gap_ms": median_ms, "gap_cv": cv, "first_gaps_ms": r["first_gaps"],
             "last_gaps_ms": r["last_gaps"], "backing_off": backing_off, "metronome": metronome,
             "tight_loop": tight, "retry_hint_never": r["error"] in NEVER_RETRY,
-            "terminal_signal": terminal, "evidence": evidence,
+            "terminal_signal": terminal,
         },
+        evidence=[EvidenceLine(terminal["file"], terminal["line"], terminal["note"])]
+        if terminal else [],
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import duckdb
 
-from .base import Detector, Finding, human_duration, param
+from .base import Detector, EvidenceLine, Finding, human_duration, param
 from .lineage import CLAIM, Lineage, load_lineage
 
 
@@ -210,8 +210,8 @@ def _finding(lin: Lineage, c: dict, p: Params) -> Finding:
             "hook_origin_depths": depths, "linked_by": sorted(linked),
             "started_by": started_by, "root_session": root_session, "entered_from": c["entry"],
             "continued_to": c["exit"], "paths_truncated": c["truncated"],
-            "evidence": evidence,
         },
+        evidence=[EvidenceLine(**e) for e in evidence],
     )
 
 

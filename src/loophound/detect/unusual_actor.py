@@ -41,7 +41,7 @@ import duckdb
 import numpy as np
 
 from .. import db
-from .base import Detector, Finding, claim_units, human_duration, param
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
@@ -360,21 +360,21 @@ def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own
             "score_threshold": p.score_threshold, "windows_scored": len(wins),
             "features": raw, "median_window": median, "z_scores": zs,
             "unusual_features": unusual, "corroborated_by": signals,
-            "evidence": _evidence(con, top, scores[best], unusual),
         },
+        evidence=_evidence(con, top, scores[best], unusual),
     )
 
 
 def _evidence(con: duckdb.DuckDBPyConnection, top: dict, score: float,
-              unusual: list[str]) -> list[dict]:
+              unusual: list[str]) -> list[EvidenceLine]:
     row = con.execute("SELECT file, line FROM events WHERE event_id = ?",
                       [top["first_event"]]).fetchall()
     row = row[0] if row else None
     if not row:
         return []
-    return [{"file": row[0], "line": row[1],
-             "note": f"first event of the most unusual window (score {score:.2f}; "
-                     f"{', '.join(f.replace('_', ' ') for f in unusual)})"}]
+    return [EvidenceLine(row[0], row[1],
+                         f"first event of the most unusual window (score {score:.2f}; "
+                         f"{', '.join(f.replace('_', ' ') for f in unusual)})")]
 
 
 def _fmt(v) -> str:
