@@ -28,17 +28,18 @@ import duckdb
 from .base import Detector, EvidenceLine, Finding, param
 from .lineage import CLAIM as LINEAGE_CLAIM
 from .lineage import load_lineage
-from .messages import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
+from .messages import HOPS_CTE, MESSAGE_KINDS, SVEN, UNIT_KINDS, aliases_of, display
 
 
 @dataclass
 class Params:
-    max_hop_depth: int = param(MAX_HOP_DEPTH, "sven MAX_HOP_DEPTH (= MAX_ROOM_POST_DEPTH)")
+    max_hop_depth: int = param(SVEN.max_hop_depth, "sven MAX_HOP_DEPTH (= MAX_ROOM_POST_DEPTH)")
     guard_repeat: int = param(3, "guard-terminated messages in one episode that make it medium")
     machine_reply_s: float = param(60.0, "a reply within this many seconds is automatic")
     stuck_min: int = param(10, "automatic replies that did not raise the depth before a finding")
     stuck_high: int = param(1000, "such replies that make the finding high")
-    break_s: float = param(3600.0, "a pause this long starts a new episode (sven DEFAULT_BREAK_THRESHOLD)")
+    break_s: float = param(SVEN.break_threshold_s, "a pause this long starts a new episode "
+                                                      "(sven DEFAULT_BREAK_THRESHOLD)")
     hook_depth_cap: int = param(3, "hops a depth-carrying hook dispatcher would allow (3 in the public "
                                 "analogue, log-formats §6.13)")
     window_s: float = param(1800.0, "links hooks that carry no lineage ids (as trigger_cycle)")

@@ -1,14 +1,20 @@
 """Messages as hops, shared by the detectors that read them (ping_pong, depth_violation).
 
 A hop is one message from a sender to a receiver, or a room post answering the post before it.
-Sven node names are resolved to the peer ids their peers know them by (see ALIASES_CTE).
+A message both ends stored (sven) is one hop; a node's local name is resolved to the peer id
+its peers know it by (see ALIASES_CTE). Which end stored a copy is read from the `extra` key
+the format's profile names (`direction_key`); other formats' messages have no direction.
 """
 
 from __future__ import annotations
 
 import duckdb
 
-MAX_HOP_DEPTH = 4  # sven-node/src/tools.rs; MAX_ROOM_POST_DEPTH is the same
+from ..formats import FORMATS
+from .profiles import extra_key_sql
+
+# sven's runtime limits, the documented defaults of the detectors that read messages
+SVEN = FORMATS["sven"].profile
 MESSAGE_KINDS = ("message", "record")
 UNIT_KINDS = ("message", "room_post", "record")
 
@@ -17,9 +23,10 @@ UNIT_KINDS = ("message", "room_post", "record")
 # two records of one message id. `canon` is the peer id; ties go to the most frequent pairing.
 ALIASES_CTE = """
 dir AS (
-  SELECT event_id, file, actor, target, corr_id,
-         json_extract_string(extra, '$.direction') AS direction
-  FROM events WHERE kind = 'message' AND corr_id IS NOT NULL AND extra LIKE '%"direction"%'
+  SELECT * FROM (
+    SELECT event_id, file, actor, target, corr_id, """ + extra_key_sql("direction_key") + """ AS direction
+    FROM events WHERE kind = 'message' AND corr_id IS NOT NULL)
+  WHERE direction IS NOT NULL
 ),
 alias_pairs AS (
   SELECT o.actor AS name, i.actor AS canon FROM dir o JOIN dir i
@@ -43,9 +50,7 @@ HOPS_CTE = ALIASES_CTE + """,
 msg AS (
   SELECT e.event_id, e.ts, e.file, e.line, e.kind, coalesce(e.channel, e.kind) AS chan,
          coalesce(a1.canon, e.actor) AS sender, coalesce(a2.canon, e.target) AS receiver,
-         e.role, e.depth, e.corr_id,
-         CASE WHEN e.extra LIKE '%"direction"%'
-              THEN json_extract_string(e.extra, '$.direction') END AS direction
+         e.role, e.depth, e.corr_id, """ + extra_key_sql("direction_key", "e") + """ AS direction
   FROM events e
   LEFT JOIN aliases a1 ON a1.name = e.actor
   LEFT JOIN aliases a2 ON a2.name = e.target

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import duckdb
 
 from .base import Detector, EvidenceLine, Finding, human_duration, param
-from .messages import HOPS_CTE, MAX_HOP_DEPTH, MESSAGE_KINDS, UNIT_KINDS, aliases_of, display
+from .messages import HOPS_CTE, MESSAGE_KINDS, SVEN, UNIT_KINDS, aliases_of, display
 
 
 @dataclass
@@ -45,8 +45,9 @@ class Params:
     critical_rounds: int = param(100, "machine-paced round trips that make a looping pair critical")
     machine_reply_s: float = param(60.0, "both sides' median reply delay at or under this is machine pace")
     slow_min_rounds: int = param(100, "round trips that make even a human-paced pair a (low) finding")
-    break_s: float = param(3600.0, "a pause this long starts a new episode (sven DEFAULT_BREAK_THRESHOLD)")
-    max_hop_depth: int = param(MAX_HOP_DEPTH, "sven MAX_HOP_DEPTH: depth at which the guard drops")
+    break_s: float = param(SVEN.break_threshold_s, "a pause this long starts a new episode "
+                                                      "(sven DEFAULT_BREAK_THRESHOLD)")
+    max_hop_depth: int = param(SVEN.max_hop_depth, "sven MAX_HOP_DEPTH: depth at which the guard drops")
     guarded_high_chains: int = param(20, "guard-stopped chains in one episode that make it high")
 
 

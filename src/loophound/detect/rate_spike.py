@@ -22,8 +22,9 @@ spikes inside it (one incident, one finding; their names are in `details.include
 stored by both parties (sven keeps a copy per node) counts once.
 
 Near-constant gaps between consecutive events (bproxy's metronome guard: |Δi − Δi−1| / Δi−1
-< 0.10 three or more times in a row, after subtracting the daemon's own `pacing_wait` and
-`error_delay` delays) are reported as evidence of a machine loop.
+< 0.10 three or more times in a row, after subtracting the service's own waits that its format
+profile names, bproxy's `pacing_wait` and `error_delay`) are reported as evidence of a machine
+loop, and so are the errors of the service's own rate guard (the profile's `rate_guard_errors`).
 
 Severity: high only for a large (≥ `high_ratio` × baseline, ≥ `high_excess` excess events),
 significant and sustained (≥ `high_duration_s`) spike whose busiest single actor runs at machine
@@ -47,10 +48,11 @@ import duckdb
 import numpy as np
 
 from .. import db
+from ..db import sql_literal
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
+from .profiles import profile
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
-GUARD_ERRORS = ("METRONOME_DETECTED", "RATE_LIMITED")
 SCOPES = ("session", "actor", "log")  # the order spikes are kept in: most specific first
 COVERED = 0.8  # a spike whose events the kept spikes already hold to this share adds nothing
 
@@ -374,23 +376,28 @@ def _events(con: duckdb.DuckDBPyConnection, sp: _Spike) -> tuple[np.ndarray, np.
 
 def _own_delays(con: duckdb.DuckDBPyConnection, sp: _Spike, times: np.ndarray,
                 ids: np.ndarray) -> np.ndarray:
-    """The service's own delay (bproxy `pacing_wait` + `error_delay`, ms) before answering
-    each event: the caller could not send its next request before that answer."""
+    """The service's own delay (ms; its format profile's `delay_events`, bproxy `pacing_wait`
+    + `error_delay`) before answering each event: the caller could not send its next request
+    before that answer. Zero for a format whose profile states no such waits."""
+    prof = profile(sp.fmt)
+    delays = np.zeros(len(ids))
+    if not prof.delay_events or not prof.delay_key:
+        return delays
     sql = f"""
       SELECT e.event_id, d.delay FROM events e
-      JOIN (SELECT answers,
-                   sum(TRY_CAST(json_extract_string(extra, '$.delay_ms') AS DOUBLE)) AS delay
+      JOIN (SELECT answers, sum(TRY_CAST(json_extract_string(
+                   extra, {sql_literal('$.' + prof.delay_key)}) AS DOUBLE)) AS delay
             FROM events e
-            WHERE kind = 'lifecycle' AND event_type IN ('pacing_wait', 'error_delay')
+            WHERE kind = 'lifecycle' AND list_contains($delay_events, event_type)
               AND format = $format AND ts >= $lo AND ts < $hi + INTERVAL 1 MINUTE
               AND {SCOPE_COND[sp.scope]}
             GROUP BY answers) d ON d.answers = e.event_id
       WHERE e.kind = 'request' AND e.format = $format AND e.ts >= $lo AND e.ts <= $hi
         AND {SCOPE_COND[sp.scope]}"""
-    params = _params(sp.scope, sp.fmt, sp.key, lo=_ts(times[0]), hi=_ts(times[-1]))
+    params = _params(sp.scope, sp.fmt, sp.key, lo=_ts(times[0]), hi=_ts(times[-1]),
+                     delay_events=list(prof.delay_events))
     del params["kinds"]
     rows = con.execute(sql, params).fetchall()
-    delays = np.zeros(len(ids))
     if rows:
         order = np.argsort(ids, kind="stable")
         found = np.array([r[0] for r in rows], ids.dtype)
@@ -455,6 +462,7 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
     stop_day = "" if stop.date() == start.date() else f" on {stop:%Y-%m-%d}"
 
     cond = SCOPE_COND[sp.scope]
+    guard_errors = profile(sp.fmt).rate_guard_errors
     parts = con.execute(
         f"""SELECT actor, session, target, count(*) AS n,
                    count(*) FILTER (WHERE list_contains($guards, error)) AS guards
@@ -462,7 +470,7 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
             WHERE list_contains($kinds, e.kind) AND e.format = $format
               AND e.ts BETWEEN $start AND $stop AND {cond} {sp.copies}
             GROUP BY ALL ORDER BY n DESC, actor, session, target""",
-        _params(sp.scope, sp.fmt, sp.key, start=start, stop=stop, guards=list(GUARD_ERRORS)),
+        _params(sp.scope, sp.fmt, sp.key, start=start, stop=stop, guards=list(guard_errors)),
     ).fetchall()
     actors, sessions, targets = _share(parts, 0, n), _share(parts, 1, n), _share(parts, 2, n)
     guards = sum(r[4] for r in parts)
@@ -503,7 +511,7 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
                     "which no person sustains")
     if guards:
         pace.append(f"the service's rate guard answered {guards:,} of them "
-                    f"({'/'.join(GUARD_ERRORS)})")
+                    f"({'/'.join(guard_errors)})")
     summary = (
         f"From {start:%Y-%m-%d %H:%M:%S} to {stop:%H:%M:%S}{stop_day} {who} produced {n:,} events "
         f"({_rate(rate)}, peak {_rate(peak_rate)} in one {sp.width_ms // 1000} s bucket) against a "
@@ -571,7 +579,8 @@ def _evidence(con, ids, i, j, cad, sp: _Spike, peak_b, times, guarded: bool, fmt
                 WHERE list_contains($guards, e.error) AND e.format = $format
                   AND e.ts BETWEEN $start AND $stop AND list_contains($kinds, e.kind) AND {cond}
                 ORDER BY e.ts, e.line LIMIT 1""",
-            _params(sp.scope, fmt, sp.key, guards=list(GUARD_ERRORS), start=_ts(times[i]),
+            _params(sp.scope, fmt, sp.key, guards=list(profile(fmt).rate_guard_errors),
+                    start=_ts(times[i]),
                     stop=_ts(times[j]))).fetchall()
         row = row[0] if row else None
         if row:

@@ -4,7 +4,8 @@ LabTrust's runner asks the coordinator for a proposal, validates and shields it,
 sends a repair request, up to `1 + max_repairs` attempts per step (`LLM_COORD_PROPOSAL_ATTEMPT`
 lines, kind `repair_attempt`, depth = `attempt_index`). One exhausted step is bad luck; the
 seed-003 failure is a *frozen planner*: on consecutive steps every attempt fails, the model
-re-sends the very same proposal (same `proposal_hash` on every attempt, often on every step),
+re-sends the very same proposal (same `proposal_hash` on every attempt, often on every step;
+the key is the one LabTrust's format profile names),
 and the prompt grows with each repair transcript (`tokens_in` of the step's `LLM_COORD_PROPOSAL`
 line keeps rising), so each wasted step costs more than the last.
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import duckdb
 
 from .base import Detector, EvidenceLine, Finding, param
+from .profiles import extra_key_sql
 
 
 @dataclass
@@ -50,7 +52,7 @@ class Params:
 STEPS_SQL = """
 WITH att AS (
   SELECT event_id, ts, file, line, session, corr_id, actor, depth AS attempt, ok,
-         json_extract_string(extra, '$.proposal_hash') AS phash,
+         """ + extra_key_sql("proposal_hash_key") + """ AS phash,
          TRY_CAST(json_extract_string(extra, '$.step_id') AS BIGINT) AS step_id,
          TRY_CAST(json_extract_string(extra, '$.blocked_count') AS BIGINT) AS blocked,
          json_extract(extra, '$.failed_validation_fields') AS fields

@@ -16,12 +16,8 @@ import duckdb
 import numpy as np
 
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
+from .profiles import input_formats, profile
 
-# bproxy error codes whose retry hint is `never` (log-formats §2.4, after ADR-030)
-NEVER_RETRY = (
-    "SESSION_NOT_FOUND", "INVALID_SESSION_ID", "SESSION_SCOPE_MISMATCH", "METRONOME_DETECTED",
-    "SELECTOR_AMBIGUOUS", "ELEMENT_HANDLE_SCOPE_MISMATCH", "DEBUGGER_DISABLED", "TAB_NOT_FOUND",
-)
 ATTEMPT_KINDS = ("request", "step", "message", "room_post", "llm_call", "record", "trigger")
 
 
@@ -71,6 +67,7 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
     if found.num_rows == 0:
         return []
     groups = {r["g"]: (r["actor"], r["session"], r["action"]) for r in found.to_pylist()}
+    format_of = input_formats(con)
     con.register("_re_groups", found)
     try:
         table = con.sql(ATTEMPTS, params={"kinds": kinds}).to_arrow_table()
@@ -103,6 +100,7 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
         first_input = int(event_id[lo]) >> 32
         out.append({
             "actor": actor, "session": session, "action": action, "input": first_input,
+            "format": format_of.get(first_input),
             "error": table["error"][int(order[lo])].as_py(), "n": hi - lo,
             "start": _ts(t[lo]), "stop": _ts(t[hi - 1]),
             "median_gap_ms": float(np.median(gaps)) if len(gaps) else None,
@@ -130,6 +128,8 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
     metronome = cv is not None and cv < 0.1 and n >= 4
     tight = median_ms <= p.tight_gap_s * 1000
     terminal = _terminal_signal(con, r)
+    # the service said never to retry this error (its format profile's `terminal_errors`)
+    never = r["error"] in profile(r["format"]).terminal_errors
     if backing_off:
         severity = "medium" if n < p.critical_count else "high"
     elif n >= p.critical_count or (tight and n >= 10 * p.min_count):
@@ -153,7 +153,7 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
         detector="repeated_error",
         key=f"{r['actor']}|{r['session']}|{r['action']}|{r['error']}|{r['start']:%Y-%m-%dT%H:%M:%S}",
         severity=severity, title=title, summary=summary,
-        recommendation=_recommendation(r["error"], terminal),
+        recommendation=_recommendation(r["error"], never, terminal),
         start=r["start"], end=r["stop"],
         actors=[r["actor"]] if r["actor"] else [],
         targets=[],
@@ -168,7 +168,7 @@ def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
             "duration_s": duration_s, "rate_per_s": rate,
             "median_gap_ms": median_ms, "gap_cv": cv, "first_gaps_ms": r["first_gaps"],
             "last_gaps_ms": r["last_gaps"], "backing_off": backing_off, "metronome": metronome,
-            "tight_loop": tight, "retry_hint_never": r["error"] in NEVER_RETRY,
+            "tight_loop": tight, "retry_hint_never": never,
             "terminal_signal": terminal,
         },
         evidence=[EvidenceLine(terminal["file"], terminal["line"], terminal["note"])]
@@ -196,8 +196,8 @@ def _terminal_signal(con: duckdb.DuckDBPyConnection, r: dict) -> dict | None:
     return None
 
 
-def _recommendation(error: str | None, terminal: dict | None) -> str:
-    if error in NEVER_RETRY or terminal:
+def _recommendation(error: str | None, never: bool, terminal: dict | None) -> str:
+    if never or terminal:
         return (f"Treat {error} as terminal: a circuit breaker in the caller that aborts after 3 "
                 "identical errors on one session; have the service answer `retry: never` for "
                 "closed sessions, and throttle repeated errors per session (1 s doubling to "

@@ -29,6 +29,35 @@ class FormatContext:
 
 
 @dataclass(frozen=True)
+class FormatProfile:
+    """What detectors may know of a format beyond the canonical columns: the limits its
+    runtime enforces and the `extra` keys that carry meaning. Detectors consult the profile of
+    the format an event came from; the defaults are neutral (nothing is known, and only the
+    canonical columns are read), which is what a format without a profile gets."""
+
+    # messages stored by both ends (sven): the `extra` key whose value, `outbound` or
+    # `inbound`, says which end stored a copy; it ties a node's local name to its peer id
+    direction_key: str | None = None
+    # the depth at which the runtime drops a message instead of answering it (sven
+    # MAX_HOP_DEPTH = MAX_ROOM_POST_DEPTH)
+    max_hop_depth: int | None = None
+    # the pause after which the runtime treats a conversation as a new one (sven
+    # DEFAULT_BREAK_THRESHOLD)
+    break_threshold_s: float | None = None
+    # repair loops (LabTrust): the `extra` key holding the fingerprint of a proposal
+    proposal_hash_key: str | None = None
+    # the service's own waits before it answers a request (bproxy `pacing_wait`,
+    # `error_delay`): `event_type`s of lifecycle lines answering it, with the wait in
+    # milliseconds under the `extra` key `delay_key`
+    delay_events: tuple[str, ...] = ()
+    delay_key: str | None = None
+    # errors the service says never to retry (bproxy's retry hint `never`)
+    terminal_errors: tuple[str, ...] = ()
+    # errors the service's own rate guard answers with (bproxy)
+    rate_guard_errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     description: str
@@ -54,6 +83,8 @@ class Format:
     # Per-file (mapped, known) keys, for formats whose columns depend on the file (generic).
     file_keys: Callable[[FormatContext], tuple[frozenset[str], frozenset[str]]] | None = None
     priority: int = 50  # lower sniffs first; the generic mapping is last
+    # what detectors may know of the format (see FormatProfile); neutral by default
+    profile: FormatProfile = FormatProfile()
 
 
 sql_str = sql_literal  # the formats' name for it

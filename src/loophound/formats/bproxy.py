@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from .base import Format, FormatContext, extra_json, json_fields, sql_str, struct_spec
+from .base import Format, FormatContext, FormatProfile, extra_json, json_fields, sql_str, struct_spec
 
 FIELDS = {
     "time": "BIGINT", "pid": "BIGINT", "id": "VARCHAR", "action": "VARCHAR",
@@ -121,6 +121,18 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
     )
 
 
+# What detectors may know of bproxy (log-formats §2.4): its own pacing before it answers,
+# the error codes whose retry hint is `never` (after ADR-030), and its rate guard's errors.
+PROFILE = FormatProfile(
+    delay_events=("pacing_wait", "error_delay"), delay_key="delay_ms",
+    terminal_errors=(
+        "SESSION_NOT_FOUND", "INVALID_SESSION_ID", "SESSION_SCOPE_MISMATCH", "METRONOME_DETECTED",
+        "SELECTOR_AMBIGUOUS", "ELEMENT_HANDLE_SCOPE_MISMATCH", "DEBUGGER_DISABLED", "TAB_NOT_FOUND",
+    ),
+    rate_guard_errors=("METRONOME_DETECTED", "RATE_LIMITED"),
+)
+
+
 FORMAT = Format(
     name="bproxy",
     description="bproxy browser-proxy daemon log (pino NDJSON); responses joined to requests",
@@ -130,4 +142,5 @@ FORMAT = Format(
     known_keys=frozenset(KNOWN),
     finish=finish,
     priority=10,
+    profile=PROFILE,
 )

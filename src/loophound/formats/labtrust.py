@@ -37,7 +37,7 @@ from pathlib import Path
 import duckdb
 
 from ..schema import SIM_EPOCH
-from .base import Format, FormatContext, extra_json, json_fields, sql_str, struct_spec
+from .base import Format, FormatContext, FormatProfile, extra_json, json_fields, sql_str, struct_spec
 
 FIELDS = {
     "t_s": "DOUBLE", "agent_id": "VARCHAR", "action_type": "VARCHAR", "status": "VARCHAR",
@@ -217,6 +217,10 @@ def read_companion(path: Path, ctx: FormatContext) -> list[dict]:
     return rows
 
 
+# What detectors may know of LabTrust-Gym: every repair attempt names its proposal by hash.
+PROFILE = FormatProfile(proposal_hash_key="proposal_hash")
+
+
 FORMAT = Format(
     name="labtrust",
     description="LabTrust-Gym episodes.jsonl: engine steps and LLM coordination lines, episodes",
@@ -228,4 +232,5 @@ FORMAT = Format(
     companions=companions,
     read_companion=read_companion,
     priority=30,
+    profile=PROFILE,
 )

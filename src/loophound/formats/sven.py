@@ -26,7 +26,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .base import Format, FormatContext, extra_json, iso_to_ts, json_fields, sql_str, struct_spec
+from .base import (
+    Format,
+    FormatContext,
+    FormatProfile,
+    extra_json,
+    iso_to_ts,
+    json_fields,
+    sql_str,
+    struct_spec,
+)
 
 FIELDS = {
     "message_id": "VARCHAR", "timestamp": "VARCHAR", "peer_id": "VARCHAR", "role": "VARCHAR",
@@ -99,6 +108,12 @@ def select_sql(ctx: FormatContext) -> str:
     """
 
 
+# What detectors may know of sven (sven-node/src/tools.rs, sven-p2p): both nodes store a
+# message (`direction` tells the copies apart), a message at MAX_HOP_DEPTH is dropped, and an
+# hour's pause starts a new conversation.
+PROFILE = FormatProfile(direction_key="direction", max_hop_depth=4, break_threshold_s=3600.0)
+
+
 FORMAT = Format(
     name="sven",
     description="sven P2P conversation store (peers/<peer>.jsonl, rooms/<room>.jsonl)",
@@ -107,4 +122,5 @@ FORMAT = Format(
     mapped_keys=frozenset(FIELDS | DEPTH),
     known_keys=frozenset(KNOWN),
     priority=20,
+    profile=PROFILE,
 )
