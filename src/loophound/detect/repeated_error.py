@@ -5,20 +5,33 @@ same error, with no success and no gap longer than `max_gap_s` between them. Ret
 a loop by itself: a caller that backs off (gaps that keep growing) or stops after a few tries
 is healthy; one that keeps firing at a steady pace after the service said "never retry" is
 the seed-001 incident. Severity says which, and the finding shows the gaps that decided it.
+
+- measure: the runs (`failure_runs` cuts them, `gap_figures` sums up their gaps), with what
+  should have stopped the caller (a close of the session before the run) and whether the
+  service's format marks the error as never to retry;
+- judge (`pace` reads the gaps against the thresholds): a caller backing off (late gaps
+  `backoff_ratio` × the early ones) is medium, high from `critical_count` attempts; otherwise
+  critical from `critical_count` attempts, or from 10 × `min_count` at a tight pace (median gap
+  ≤ `tight_gap_s`); high below that;
+- describe: what happened, the pace, and a circuit breaker to add.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 
-from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
+from ..vocabulary import Severity
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
 
 ATTEMPT_KINDS = ("request", "step", "message", "room_post", "llm_call", "record", "trigger")
+METRONOME_CV = 0.1  # gaps whose coefficient of variation is under this are a machine's cadence
+PACE_MIN_COUNT = 4  # attempts a run needs before its gaps say anything about its pace
 
 
 @dataclass
@@ -56,12 +69,89 @@ CLAIM = claim_units(
     "AND list_contains($kinds, e.kind)")
 
 
-def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
-    return [_finding(con, r, p) for r in runs(con, p)]
+# ---------------------------------------------------------------------------------------------
+# measure
 
 
-def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
-    """Every run of at least `min_count` identical consecutive errors, with its gap figures."""
+@dataclass(frozen=True)
+class Gaps:
+    """The gaps between a run's consecutive attempts, in ms."""
+
+    median_ms: float | None
+    mean_ms: float | None
+    sd_ms: float | None
+    early_ms: float | None  # median of the first quarter
+    late_ms: float | None  # median of the last quarter
+    first: list[int]  # the first five
+    last: list[int]  # the last five
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """What should have stopped the caller: the line that closed the session before the run."""
+
+    file: str
+    line: int
+    at: dt.datetime
+    note: str
+
+
+@dataclass
+class ErrorRun:
+    """One run of identical consecutive failures of one (actor, session, action)."""
+
+    actor: str | None
+    session: str | None
+    action: str | None
+    error: str
+    count: int
+    start: dt.datetime
+    stop: dt.datetime
+    gaps: Gaps
+    input: int  # the input its first attempt was read from
+    retry_never: bool  # the service's format marks the error as never to retry
+    terminal: Terminal | None = None
+
+
+def failure_runs(group: np.ndarray, t: np.ndarray, error: np.ndarray, failed: np.ndarray,
+                 min_count: int, max_gap_ms: float) -> list[tuple[int, int]]:
+    """[lo, hi) index ranges of the runs of at least `min_count` identical consecutive
+    failures, over attempts sorted by group, then time: a run ends at a change of group or of
+    error, after an attempt that did not fail, and at a gap longer than `max_gap_ms`; its range
+    covers its failures (an attempt that ended it with the same error but no failure is not)."""
+    if not len(t):
+        return []
+    gap = np.diff(t, prepend=t[0])
+    brk = np.ones(len(t), dtype=bool)
+    brk[1:] = ((group[1:] != group[:-1]) | (error[1:] != error[:-1]) | ~failed[:-1]
+               | (gap[1:] > max_gap_ms))
+    run_id = np.cumsum(brk)
+    counts = np.bincount(run_id, weights=failed)
+    out = []
+    for rid in np.flatnonzero(counts >= min_count):
+        if counts[rid] < len(t):
+            idx = np.flatnonzero((run_id == rid) & failed)
+            out.append((int(idx[0]), int(idx[-1]) + 1))
+        else:  # one run of nothing but failures: no need to look for them
+            out.append((0, len(t)))
+    return out
+
+
+def gap_figures(times_ms: np.ndarray) -> Gaps:
+    """Median, mean, spread, early and late medians, first and last of the gaps between
+    consecutive times."""
+    gaps = np.diff(times_ms).astype(float)
+    if not len(gaps):
+        return Gaps(None, None, None, None, None, [], [])
+    q = max(len(gaps) // 4, 1)
+    return Gaps(float(np.median(gaps)), float(gaps.mean()), float(gaps.std()),
+                float(np.median(gaps[:q])), float(np.median(gaps[-q:])),
+                [int(x) for x in gaps[:5]], [int(x) for x in gaps[-5:]])
+
+
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
+    """Every run of at least `min_count` identical consecutive errors, with its gap figures
+    and what should have stopped it."""
     kinds = list(ATTEMPT_KINDS)
     found = con.sql(GROUPS, params={"kinds": kinds, "min_count": p.min_count}).to_arrow_table()
     if found.num_rows == 0:
@@ -84,33 +174,18 @@ def runs(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
     g, t, event_id = g[order], t[order], event_id[order]
     err = table["error_hash"].to_numpy()[order]  # the same error text, the same hash
     failed = table["erred"].to_numpy()[order] & ~table["ok"].to_numpy()[order]
-    gap = np.diff(t, prepend=t[0])
-    brk = np.ones(len(t), dtype=bool)
-    brk[1:] = ((g[1:] != g[:-1]) | (err[1:] != err[:-1]) | ~failed[:-1]
-               | (gap[1:] > p.max_gap_s * 1000))
-    run_id = np.cumsum(brk)
-    counts = np.bincount(run_id, weights=failed)
     out = []
-    for rid in np.flatnonzero(counts >= p.min_count):
-        idx = np.flatnonzero((run_id == rid) & failed) if counts[rid] < len(t) else None
-        lo, hi = (idx[0], idx[-1] + 1) if idx is not None else (0, len(t))
-        gaps = gap[lo + 1:hi].astype(float)
-        q = max(len(gaps) // 4, 1)
+    for lo, hi in failure_runs(g, t, err, failed, p.min_count, p.max_gap_s * 1000):
         actor, session, action = groups[int(g[lo])]
         first_input = int(event_id[lo]) >> 32
-        out.append({
-            "actor": actor, "session": session, "action": action, "input": first_input,
-            "format": format_of.get(first_input),
-            "error": table["error"][int(order[lo])].as_py(), "n": hi - lo,
-            "start": _ts(t[lo]), "stop": _ts(t[hi - 1]),
-            "median_gap_ms": float(np.median(gaps)) if len(gaps) else None,
-            "mean_gap_ms": float(gaps.mean()) if len(gaps) else None,
-            "sd_gap_ms": float(gaps.std()) if len(gaps) else None,
-            "first_gaps": [int(x) for x in gaps[:5]], "last_gaps": [int(x) for x in gaps[-5:]],
-            "early_gap_ms": float(np.median(gaps[:q])) if len(gaps) else None,
-            "late_gap_ms": float(np.median(gaps[-q:])) if len(gaps) else None,
-        })
-    out.sort(key=lambda r: (r["start"], str(r["actor"]), str(r["session"]), str(r["action"])))
+        error = table["error"][int(order[lo])].as_py()
+        out.append(ErrorRun(
+            actor=actor, session=session, action=action, error=error, count=hi - lo,
+            start=_ts(t[lo]), stop=_ts(t[hi - 1]), gaps=gap_figures(t[lo:hi]), input=first_input,
+            retry_never=error in profile(format_of.get(first_input)).terminal_errors))
+    out.sort(key=lambda r: (r.start, str(r.actor), str(r.session), str(r.action)))
+    for r in out:
+        r.terminal = _terminal_signal(con, r)
     return out
 
 
@@ -118,85 +193,105 @@ def _ts(ms) -> dt.datetime:
     return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=int(ms))
 
 
-def _finding(con: duckdb.DuckDBPyConnection, r: dict, p: Params) -> Finding:
-    n, median_ms = r["n"], r["median_gap_ms"] or 0.0
-    duration_s = (r["stop"] - r["start"]).total_seconds()
-    rate = n / duration_s if duration_s > 0 else float(n)
-    early, late = r["early_gap_ms"] or 0.0, r["late_gap_ms"] or 0.0
-    backing_off = early > 0 and late >= p.backoff_ratio * early and n >= 4
-    cv = (r["sd_gap_ms"] / r["mean_gap_ms"]) if r["mean_gap_ms"] else None
-    metronome = cv is not None and cv < 0.1 and n >= 4
-    tight = median_ms <= p.tight_gap_s * 1000
-    terminal = _terminal_signal(con, r)
-    # the service said never to retry this error (its format profile's `terminal_errors`)
-    never = r["error"] in profile(r["format"]).terminal_errors
-    if backing_off:
-        severity = "medium" if n < p.critical_count else "high"
-    elif n >= p.critical_count or (tight and n >= 10 * p.min_count):
-        severity = "critical"
-    else:
-        severity = "high"
-    who = r["actor"] or (f"session {r['session']}" if r["session"] else "a caller")
-    what = f"`{r['action']}`" if r["action"] else "its call"
-    where = f" on session {r['session']}" if r["session"] else ""
-    pace = (f"every {median_ms / 1000:.3g} s (median)" if median_ms else "in a burst")
-    title = f"{what} failed {n:,} times in a row with {r['error']}{where}"
-    summary = (
-        f"{who} sent {what}{where} {n:,} times over {human_duration(duration_s)}, {pace}, "
-        f"{rate:.3g}/s, and got {r['error']} every time"
-        + ("; the gaps grew, so the caller was backing off" if backing_off else
-           "; it never backed off")
-        + (f"; {terminal['note']}" if terminal else "")
-        + (" Near-constant gaps: a machine loop (metronome cadence)." if metronome else "")
-    )
-    return Finding(
-        detector="repeated_error",
-        key=f"{r['actor']}|{r['session']}|{r['action']}|{r['error']}|{r['start']:%Y-%m-%dT%H:%M:%S}",
-        severity=severity, title=title, summary=summary,
-        recommendation=_recommendation(r["error"], never, terminal),
-        start=r["start"], end=r["stop"],
-        actors=[r["actor"]] if r["actor"] else [],
-        targets=[],
-        sessions=[r["session"]] if r["session"] else [],
-        claim_sql=CLAIM,
-        claim_params={"start": r["start"], "stop": r["stop"], "error": r["error"],
-                      "actor": r["actor"], "session": r["session"], "action": r["action"],
-                      "kinds": list(ATTEMPT_KINDS)},
-        unit_kinds=ATTEMPT_KINDS,
-        details={
-            "error": r["error"], "action": r["action"], "count": n,
-            "duration_s": duration_s, "rate_per_s": rate,
-            "median_gap_ms": median_ms, "gap_cv": cv, "first_gaps_ms": r["first_gaps"],
-            "last_gaps_ms": r["last_gaps"], "backing_off": backing_off, "metronome": metronome,
-            "tight_loop": tight, "retry_hint_never": never,
-            "terminal_signal": terminal,
-        },
-        evidence=[EvidenceLine(terminal["file"], terminal["line"], terminal["note"])]
-        if terminal else [],
-    )
-
-
-def _terminal_signal(con: duckdb.DuckDBPyConnection, r: dict) -> dict | None:
+def _terminal_signal(con: duckdb.DuckDBPyConnection, r: ErrorRun) -> Terminal | None:
     """What should have stopped the caller: a close of the session, logged in the same file
     before the run began (another daemon's session of the same name is another session)."""
-    if not r["session"]:
+    if not r.session:
         return None
     row = con.execute(
         """SELECT file, line, ts, action FROM events
            WHERE kind = 'request' AND session = ? AND ts <= ? AND event_id >> 32 = ?
              AND (action IN ('session.close', 'session.end', 'close') OR action LIKE '%.close')
            ORDER BY ts DESC, line DESC LIMIT 1""",
-        [r["session"], r["start"], r["input"]],
+        [r.session, r.start, r.input],
     ).fetchall()
-    row = row[0] if row else None
-    if row:
-        return {"file": row[0], "line": row[1], "at": row[2],
-                "note": f"`{row[3]}` closed session {r['session']} before the first failure, "
-                        "and the caller kept going"}
-    return None
+    if not row:
+        return None
+    file, line, at, action = row[0]
+    return Terminal(file, line, at, f"`{action}` closed session {r.session} before the first "
+                                    "failure, and the caller kept going")
 
 
-def _recommendation(error: str | None, never: bool, terminal: dict | None) -> str:
+# ---------------------------------------------------------------------------------------------
+# judge
+
+
+@dataclass(frozen=True)
+class Pace:
+    backing_off: bool  # the gaps grew: late gaps at least `backoff_ratio` × the early ones
+    metronome: bool  # near-constant gaps (coefficient of variation under METRONOME_CV)
+    tight: bool  # median gap at or under `tight_gap_s`
+    cv: float | None  # the gaps' coefficient of variation
+
+
+def pace(count: int, gaps: Gaps, p: Params) -> Pace:
+    """How the caller kept trying, read from its gaps against the thresholds."""
+    early, late = gaps.early_ms or 0.0, gaps.late_ms or 0.0
+    cv = (gaps.sd_ms / gaps.mean_ms) if gaps.mean_ms else None
+    return Pace(backing_off=early > 0 and late >= p.backoff_ratio * early and count >= PACE_MIN_COUNT,
+                metronome=cv is not None and cv < METRONOME_CV and count >= PACE_MIN_COUNT,
+                tight=(gaps.median_ms or 0.0) <= p.tight_gap_s * 1000, cv=cv)
+
+
+def judge(r: ErrorRun, p: Params) -> Severity:
+    pc = pace(r.count, r.gaps, p)
+    if pc.backing_off:
+        return Severity.MEDIUM if r.count < p.critical_count else Severity.HIGH
+    if r.count >= p.critical_count or (pc.tight and r.count >= 10 * p.min_count):
+        return Severity.CRITICAL
+    return Severity.HIGH
+
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def describe(r: ErrorRun, severity: Severity, p: Params) -> Finding:
+    n, median_ms = r.count, r.gaps.median_ms or 0.0
+    pc = pace(n, r.gaps, p)
+    duration_s = (r.stop - r.start).total_seconds()
+    rate = n / duration_s if duration_s > 0 else float(n)
+    terminal = r.terminal
+    who = r.actor or (f"session {r.session}" if r.session else "a caller")
+    what = f"`{r.action}`" if r.action else "its call"
+    where = f" on session {r.session}" if r.session else ""
+    pace_text = (f"every {median_ms / 1000:.3g} s (median)" if median_ms else "in a burst")
+    title = f"{what} failed {n:,} times in a row with {r.error}{where}"
+    summary = (
+        f"{who} sent {what}{where} {n:,} times over {human_duration(duration_s)}, {pace_text}, "
+        f"{rate:.3g}/s, and got {r.error} every time"
+        + ("; the gaps grew, so the caller was backing off" if pc.backing_off else
+           "; it never backed off")
+        + (f"; {terminal.note}" if terminal else "")
+        + (" Near-constant gaps: a machine loop (metronome cadence)." if pc.metronome else "")
+    )
+    return Finding(
+        detector="repeated_error",
+        key=f"{r.actor}|{r.session}|{r.action}|{r.error}|{r.start:%Y-%m-%dT%H:%M:%S}",
+        severity=severity, title=title, summary=summary,
+        recommendation=_recommendation(r.error, r.retry_never, terminal is not None),
+        start=r.start, end=r.stop,
+        actors=[r.actor] if r.actor else [],
+        targets=[],
+        sessions=[r.session] if r.session else [],
+        claim_sql=CLAIM,
+        claim_params={"start": r.start, "stop": r.stop, "error": r.error,
+                      "actor": r.actor, "session": r.session, "action": r.action,
+                      "kinds": list(ATTEMPT_KINDS)},
+        unit_kinds=ATTEMPT_KINDS,
+        details={
+            "error": r.error, "action": r.action, "count": n,
+            "duration_s": duration_s, "rate_per_s": rate,
+            "median_gap_ms": median_ms, "gap_cv": pc.cv, "first_gaps_ms": r.gaps.first,
+            "last_gaps_ms": r.gaps.last, "backing_off": pc.backing_off, "metronome": pc.metronome,
+            "tight_loop": pc.tight, "retry_hint_never": r.retry_never,
+            "terminal_signal": dataclasses.asdict(terminal) if terminal else None,
+        },
+        evidence=[EvidenceLine(terminal.file, terminal.line, terminal.note)] if terminal else [],
+    )
+
+
+def _recommendation(error: str | None, never: bool, terminal: bool) -> str:
     if never or terminal:
         return (f"Treat {error} as terminal: a circuit breaker in the caller that aborts after 3 "
                 "identical errors on one session; have the service answer `retry: never` for "
@@ -211,7 +306,7 @@ DETECTOR = Detector(
     name="repeated_error",
     description="the same error returned again and again to the same caller or session",
     params=Params,
-    run=run,
+    run=staged(measure, judge, describe),
     rank=10,
     reads=ATTEMPT_KINDS,
 )

@@ -1,0 +1,78 @@
+"""The detectors' pure kernels (measuring and judging), on plain values: no files, no store."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+
+from loophound.detect import repeated_error as re_
+from loophound.vocabulary import Severity
+
+T0 = dt.datetime(2026, 1, 1)
+
+# --- repeated_error ----------------------------------------------------------------------------
+
+
+def _runs(rows, min_count=3, max_gap_ms=10_000):
+    """rows: (group, t_ms, error, failed), in group then time order."""
+    g, t, err, failed = (np.array(col) for col in zip(*rows, strict=True))
+    return re_.failure_runs(g, t, err, failed.astype(bool), min_count, max_gap_ms)
+
+
+def test_a_run_is_cut_by_a_success_another_error_a_long_pause_or_another_caller():
+    rows = ([(1, i * 1000, 7, True) for i in range(4)]  # 0..3: a run of 4
+            + [(1, 4000, 0, False)]  # a success ends it
+            + [(1, 5000 + i * 1000, 7, True) for i in range(3)]  # 5..7: a run of 3
+            + [(1, 8000, 8, True)]  # another error: a run of 1
+            + [(1, 60_000 + i, 8, True) for i in range(3)]  # after a long pause: 9..11
+            + [(2, 60_010 + i, 8, True) for i in range(2)])  # another caller: only 2
+    assert _runs(rows) == [(0, 4), (5, 8), (9, 12)]
+
+
+def test_an_attempt_with_the_same_error_that_did_not_fail_ends_the_run_outside_it():
+    rows = [(1, i, 7, True) for i in range(3)] + [(1, 3, 7, False), (1, 4, 7, True)]
+    assert _runs(rows) == [(0, 3)]
+
+
+def test_one_run_of_nothing_but_failures():
+    assert _runs([(1, i, 7, True) for i in range(5)], min_count=5) == [(0, 5)]
+    assert _runs([(1, i, 7, True) for i in range(5)], min_count=6) == []
+    assert re_.failure_runs(*(np.array([]),) * 4, 3, 1.0) == []
+
+
+def test_gap_figures():
+    g = re_.gap_figures(np.array([0, 100, 200, 300, 1300, 2300, 3300, 4300, 5300]))
+    assert g.first == [100, 100, 100, 1000, 1000] and g.last == [1000] * 5
+    assert (g.early_ms, g.late_ms, g.median_ms) == (100.0, 1000.0, 1000.0)
+    assert re_.gap_figures(np.array([5])) == re_.Gaps(None, None, None, None, None, [], [])
+
+
+def _error_run(count, gaps):
+    return re_.ErrorRun("a", "s", "scroll", "SESSION_NOT_FOUND", count, T0, T0, gaps, 0, True)
+
+
+def test_a_caller_that_backs_off_is_medium_one_at_a_steady_pace_is_high_or_critical():
+    p = re_.Params()
+    backing = re_.gap_figures(np.cumsum([0] + [1000] * 5 + [10_000] * 15))
+    assert re_.pace(21, backing, p).backing_off
+    assert re_.judge(_error_run(21, backing), p) is Severity.MEDIUM
+    assert re_.judge(_error_run(p.critical_count, backing), p) is Severity.HIGH
+    steady = re_.gap_figures(np.arange(0, 200 * 5000, 5000))  # every 5 s: not tight
+    pc = re_.pace(200, steady, p)
+    assert pc.metronome and not pc.tight and not pc.backing_off and pc.cv == 0.0
+    assert re_.judge(_error_run(200, steady), p) is Severity.HIGH
+    tight = re_.gap_figures(np.arange(0, 100 * 200, 200))  # every 0.2 s, 10 × min_count
+    assert re_.judge(_error_run(100, tight), p) is Severity.CRITICAL
+    assert re_.judge(_error_run(99, tight), p) is Severity.HIGH
+    assert re_.judge(_error_run(p.critical_count, steady), p) is Severity.CRITICAL
+
+
+def test_the_close_the_caller_ignored_is_the_findings_evidence():
+    gaps = re_.gap_figures(np.arange(0, 50 * 100, 100))
+    run = _error_run(50, gaps)
+    run.terminal = re_.Terminal("bproxy.log", 12, T0, "`session.close` closed session s")
+    f = re_.describe(run, re_.judge(run, re_.Params()), re_.Params())
+    assert [(e.file, e.line) for e in f.evidence] == [("bproxy.log", 12)]
+    assert f.details["terminal_signal"]["line"] == 12 and f.details["retry_hint_never"]
+    assert f.severity == "high" and "Treat SESSION_NOT_FOUND as terminal" in f.recommendation
