@@ -6,6 +6,7 @@ import datetime as dt
 
 import numpy as np
 
+from loophound.detect import ping_pong as pp
 from loophound.detect import repeated_error as re_
 from loophound.vocabulary import Severity
 
@@ -76,3 +77,61 @@ def test_the_close_the_caller_ignored_is_the_findings_evidence():
     assert [(e.file, e.line) for e in f.evidence] == [("bproxy.log", 12)]
     assert f.details["terminal_signal"]["line"] == 12 and f.details["retry_hint_never"]
     assert f.severity == "high" and "Treat SESSION_NOT_FOUND as terminal" in f.recommendation
+
+
+# --- ping_pong ---------------------------------------------------------------------------------
+
+def test_depth_chains_restart_where_the_depth_drops():
+    assert pp.chains([0, 1, 2, None, 3, 4, 1, 2, 0, 0]) == [[0, 1, 2, 3, 4], [1, 2], [0, 0]]
+    assert pp.chains([None, None]) == []
+
+
+def test_a_session_chain_ends_at_the_guard_a_room_chain_one_lower():
+    every_chain_to_4 = [0, 1, 2, 3, 4] * 3
+    ch = pp.chain_figures(every_chain_to_4, max_hop_depth=4, is_room=False)
+    assert (ch.count, ch.stopped_by_guard, ch.terminated_by_guard, ch.past_guard) == (3, 3, True, 0)
+    to_3 = pp.chain_figures([0, 1, 2, 3] * 2, max_hop_depth=4, is_room=False)
+    assert to_3.stopped_by_guard == 0 and not to_3.terminated_by_guard and to_3.depth_grew
+    assert pp.chain_figures([0, 1, 2, 3] * 2, max_hop_depth=4, is_room=True).terminated_by_guard
+    stuck = pp.chain_figures([1] * 50, max_hop_depth=4, is_room=False)
+    assert not stuck.depth_grew and not stuck.terminated_by_guard and stuck.count == 1
+    assert pp.chain_figures([0, 3, 5, 6], max_hop_depth=4, is_room=False).past_guard == 2
+
+
+def _episode(switches, reply_s=2.0, roles=(), a2a=0, u2u=0, u2a=0, depth_seq=(), room=False):
+    return pp.Episode(
+        channel="peer", pair=("a", "b"), names=("a", "b"),
+        kinds=["room_post"] if room else ["message"], ids=list(range(switches + 1)),
+        hops=switches + 1, stored_records=switches + 1, switches=switches, start=T0,
+        stop=T0 + dt.timedelta(seconds=switches * reply_s),
+        gap_ms={"median": reply_s * 1000, "p10": None, "p90": None},
+        reply_ms=(reply_s * 1000, reply_s * 1000), sent=(switches // 2, switches - switches // 2),
+        replies_to_assistant=a2a, user_forwarded_as_user=u2u, user_then_assistant=u2a,
+        roles=list(roles), depths=sorted({d for d in depth_seq if d is not None}),
+        chains=pp.chain_figures(list(depth_seq), 4, room), files=["x"], first_hop=None,
+        last_hop=None, first_a2a=None, first_u2u=None, first_guard=None)
+
+
+def test_ping_pong_severity():
+    p = pp.Params()
+    assert pp.judge(_episode(2 * p.min_rounds - 3), p) is None  # too few rounds
+    assert pp.judge(_episode(2 * p.min_rounds - 1), p) is Severity.MEDIUM
+    assert pp.judge(_episode(2 * p.high_rounds), p) is Severity.HIGH
+    assert pp.judge(_episode(2 * p.critical_rounds), p) is Severity.CRITICAL  # no roles logged
+    looping = _episode(2 * p.critical_rounds, roles=["assistant"], a2a=100)
+    assert pp.judge(looping, p) is Severity.CRITICAL
+    healthy = _episode(2 * p.high_rounds, roles=["assistant", "user"], u2a=20)
+    assert pp.judge(healthy, p) is Severity.MEDIUM  # healthy roles need critical_rounds for high
+    guarded = _episode(60, depth_seq=[0, 1, 2, 3, 4] * 5)
+    assert pp.judge(guarded, p) is Severity.MEDIUM
+    assert pp.judge(guarded, pp.Params(guarded_high_chains=5)) is Severity.HIGH
+
+
+def test_a_human_paced_pair_is_a_finding_only_when_it_runs_very_long():
+    p = pp.Params()
+    assert pp.judge(_episode(2 * p.slow_min_rounds - 3, reply_s=300), p) is None
+    assert pp.judge(_episode(2 * p.slow_min_rounds, reply_s=300), p) is Severity.LOW
+    forwarded = _episode(2 * p.slow_min_rounds, reply_s=300, roles=["user"], u2u=3)
+    assert pp.judge(forwarded, p) is Severity.MEDIUM
+    f = pp.describe(forwarded, Severity.MEDIUM, p)
+    assert "human-paced" in f.title and not f.details["machine_paced"]

@@ -8,9 +8,13 @@ the format's profile names (`direction_key`); other formats' messages have no di
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import duckdb
 
 from ..formats import FORMATS
+from .base import EvidenceLine
 from .profiles import extra_key_sql
 
 # sven's runtime limits, the documented defaults of the detectors that read messages
@@ -122,3 +126,20 @@ def display(party: str, aliases: dict[str, list[str]]) -> str:
     short = party if len(party) <= 20 else party[:14] + "…"
     names = aliases.get(party)
     return f"{'/'.join(names)} ({short})" if names else short
+
+
+@dataclass(frozen=True)
+class Spot:
+    """A message's line in the log (and its depth, when that is what makes it worth showing)."""
+
+    file: str
+    line: int
+    depth: int | None = None
+
+    @classmethod
+    def of(cls, struct: dict[str, Any] | None) -> Spot | None:
+        """From a `struct_pack(file, line[, depth])` column, which is NULL when nothing matched."""
+        return cls(**struct) if struct else None
+
+    def says(self, note: str) -> EvidenceLine:
+        return EvidenceLine(self.file, self.line, note)

@@ -25,17 +25,22 @@ Severity (machine-paced episodes):
   answers as `assistant`) high needs `critical_rounds`.
 - critical: rounds ≥ `critical_rounds`, not stopped by the guard, and the roles show the loop
   (auto-replies to `assistant`, or `user` forwarded both ways) or no roles are logged.
+
+measure() returns one Episode per candidate (SQL over the hops; `chain_figures` reads the
+depth sequence, a pure function); judge() applies the thresholds above; describe() writes.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
 
 import duckdb
 
-from .base import Detector, EvidenceLine, Finding, human_duration, param
-from .messages import HOPS_CTE, MESSAGE_KINDS, SVEN, UNIT_KINDS, aliases_of, display
+from ..vocabulary import Severity
+from .base import Detector, Finding, human_duration, param, staged
+from .messages import HOPS_CTE, MESSAGE_KINDS, SVEN, UNIT_KINDS, Spot, aliases_of, display
 
 
 @dataclass
@@ -99,6 +104,10 @@ WHERE e1.kind IN ('message', 'room_post') AND e1.corr_id IS NOT NULL
 """
 
 
+# ---------------------------------------------------------------------------------------------
+# measure
+
+
 def chains(depth_seq: list[int | None]) -> list[list[int]]:
     """Split a depth sequence into hop chains: a new chain starts where the depth drops."""
     out: list[list[int]] = []
@@ -112,7 +121,85 @@ def chains(depth_seq: list[int | None]) -> list[list[int]]:
     return out
 
 
-def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
+@dataclass(frozen=True)
+class Chains:
+    """The hop chains of an episode against the hop-depth guard."""
+
+    count: int
+    stopped_by_guard: int  # chains whose depth climbed to the guard
+    depth_grew: bool  # some chain's depth rose at all
+    terminated_by_guard: bool  # every chain was stopped by the guard
+    past_guard: int  # messages deeper than the guard allows
+
+
+def chain_figures(depth_seq: list[int | None], max_hop_depth: int, is_room: bool) -> Chains:
+    """How the episode's depth sequence meets a guard at `max_hop_depth`."""
+    # sven stores a session message at depth ≥ MAX_HOP_DEPTH but never answers it; a room post
+    # at that depth is dropped before it is stored, so a room chain ends one lower.
+    guard_at = max_hop_depth - 1 if is_room else max_hop_depth
+    ch = chains(depth_seq)
+    guarded = [c for c in ch if c[-1] >= guard_at and len(c) > 1 and c[-1] > c[0]]
+    return Chains(count=len(ch), stopped_by_guard=len(guarded),
+                  depth_grew=any(c[-1] > c[0] for c in ch),
+                  terminated_by_guard=bool(ch) and len(guarded) == len(ch),
+                  past_guard=sum(1 for d in depth_seq if d is not None and d > max_hop_depth))
+
+
+@dataclass
+class Episode:
+    """One pair's back-and-forth on one channel, between pauses of `break_s`."""
+
+    channel: str
+    pair: tuple[str, str]
+    names: tuple[str, str]  # as shown: a sven node's local name with its peer id
+    kinds: list[str]
+    ids: list[int]  # the messages, and the posts the room replies answered
+    hops: int
+    stored_records: int
+    switches: int  # turn passes from one side to the other
+    start: dt.datetime
+    stop: dt.datetime
+    gap_ms: dict[str, float | None]  # median, p10, p90 between consecutive hops
+    reply_ms: tuple[float | None, float | None]  # each side's median reply delay
+    sent: tuple[int, int]
+    replies_to_assistant: int  # an `assistant` message answered by an `assistant` one
+    user_forwarded_as_user: int
+    user_then_assistant: int
+    roles: list[str]
+    depths: list[int]
+    chains: Chains
+    files: list[str]
+    first_hop: Spot | None
+    last_hop: Spot | None
+    first_a2a: Spot | None
+    first_u2u: Spot | None
+    first_guard: Spot | None
+
+    @property
+    def rounds(self) -> int:
+        return (self.switches + 1) // 2
+
+    @property
+    def is_room(self) -> bool:
+        return "room_post" in self.kinds
+
+    @property
+    def pace_ms(self) -> float:
+        """The slower side's median reply delay (infinite when neither side replied)."""
+        replies = [x for x in self.reply_ms if x is not None]
+        return max(replies) if replies else math.inf
+
+    @property
+    def loop_roles(self) -> bool:
+        return self.replies_to_assistant > 0 or self.user_forwarded_as_user > 0
+
+    @property
+    def healthy_roles(self) -> bool:
+        """One side asks as `user`, the other answers as `assistant`, and nothing else."""
+        return bool(self.roles) and not self.loop_roles and self.user_then_assistant > 0
+
+
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Episode]:
     min_rounds = max(1, min(p.min_rounds, p.slow_min_rounds))
     rows = con.execute(SQL, {
         "kinds": list(MESSAGE_KINDS), "break_ms": p.break_s * 1000,
@@ -124,159 +211,171 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
     aliases = aliases_of(con)
     out = []
     for row in rows:
-        f = _finding(dict(zip(cols, row, strict=True)), p, aliases)
-        if f is not None:
-            out.append(f)
+        r = dict(zip(cols, row, strict=True))
+        a, b = r["pa"], r["pb"]
+        out.append(Episode(
+            channel=r["chan"], pair=(a, b), names=(display(a, aliases), display(b, aliases)),
+            kinds=r["kinds"], ids=sorted(set(r["ids"]) | set(r["openers"] or [])),
+            hops=r["hops"], stored_records=r["stored_records"], switches=r["switches"],
+            start=r["start"], stop=r["stop"],
+            gap_ms={"median": r["median_gap_ms"], "p10": r["p10_gap_ms"], "p90": r["p90_gap_ms"]},
+            reply_ms=(r["reply_a_ms"], r["reply_b_ms"]), sent=(r["from_a"], r["from_b"]),
+            replies_to_assistant=r["a2a"], user_forwarded_as_user=r["u2u"],
+            user_then_assistant=r["u2a"], roles=r["roles"] or [], depths=r["depths"] or [],
+            chains=chain_figures(r["depth_seq"], p.max_hop_depth, "room_post" in r["kinds"]),
+            files=r["files"], first_hop=Spot.of(r["first_hop"]), last_hop=Spot.of(r["last_hop"]),
+            first_a2a=Spot.of(r["first_a2a"]), first_u2u=Spot.of(r["first_u2u"]),
+            first_guard=Spot.of(r["first_guard"]),
+        ))
     return out
 
 
-def _finding(r: dict, p: Params, aliases: dict[str, list[str]]) -> Finding | None:
-    rounds = (r["switches"] + 1) // 2
-    replies = [x for x in (r["reply_a_ms"], r["reply_b_ms"]) if x is not None]
-    pace_ms = max(replies) if replies else math.inf
-    machine = pace_ms <= p.machine_reply_s * 1000
-    is_room = "room_post" in r["kinds"]
-    # sven stores a session message at depth ≥ MAX_HOP_DEPTH but never answers it; a room post
-    # at that depth is dropped before it is stored, so a room chain ends one lower.
-    guard_at = p.max_hop_depth - 1 if is_room else p.max_hop_depth
-    ch = chains(r["depth_seq"])
-    guarded_chains = [c for c in ch if c[-1] >= guard_at and len(c) > 1 and c[-1] > c[0]]
-    depth_grew = any(c[-1] > c[0] for c in ch)
-    terminated_by_guard = bool(ch) and len(guarded_chains) == len(ch)
-    past_guard = sum(1 for d in r["depth_seq"] if d is not None and d > p.max_hop_depth)
-    has_roles = bool(r["roles"])
-    loop_roles = r["a2a"] > 0 or r["u2u"] > 0
-    healthy_roles = has_roles and not loop_roles and r["u2a"] > 0
+# ---------------------------------------------------------------------------------------------
+# judge
 
-    if not machine:
+
+def machine_paced(e: Episode, p: Params) -> bool:
+    """Both sides answer within `machine_reply_s` (median)."""
+    return e.pace_ms <= p.machine_reply_s * 1000
+
+
+def judge(e: Episode, p: Params) -> Severity | None:
+    rounds, ch = e.rounds, e.chains
+    if not machine_paced(e, p):
         if rounds < p.slow_min_rounds:
             return None
-        severity = "medium" if loop_roles else "low"
-    elif rounds < p.min_rounds:
+        return Severity.MEDIUM if e.loop_roles else Severity.LOW
+    if rounds < p.min_rounds:
         return None
-    elif terminated_by_guard and not past_guard:
-        severity = "high" if len(ch) >= p.guarded_high_chains else "medium"
-    elif rounds >= p.critical_rounds and (loop_roles or not has_roles):
-        severity = "critical"
-    elif healthy_roles:
-        severity = "high" if rounds >= p.critical_rounds else "medium"
-    elif rounds >= p.high_rounds:
-        severity = "high"
-    else:
-        severity = "medium"
+    if ch.terminated_by_guard and not ch.past_guard:
+        return Severity.HIGH if ch.count >= p.guarded_high_chains else Severity.MEDIUM
+    if rounds >= p.critical_rounds and (e.loop_roles or not e.roles):
+        return Severity.CRITICAL
+    if e.healthy_roles:
+        return Severity.HIGH if rounds >= p.critical_rounds else Severity.MEDIUM
+    if rounds >= p.high_rounds:
+        return Severity.HIGH
+    return Severity.MEDIUM
 
-    a, b = r["pa"], r["pb"]
-    da, db = display(a, aliases), display(b, aliases)
-    where = (f" in {r['chan']}" if is_room else " over the peer session channel" if r["chan"] == "peer"
-             else "" if r["chan"] in MESSAGE_KINDS else f" on {r['chan']}")
-    duration_s = (r["stop"] - r["start"]).total_seconds()
-    pattern = _pattern(r, machine, terminated_by_guard, depth_grew, is_room)
-    ids = sorted(set(r["ids"]) | set(r["openers"] or []))
-    title = (f"{da} ⇄ {db}: {len(ids):,} messages, {rounds:,} round trips in {human_duration(duration_s)} "
-             f"({pattern})")
-    pace = (f"median gap {_secs(r['median_gap_ms'])} (p10 {_secs(r['p10_gap_ms'])}, "
-            f"p90 {_secs(r['p90_gap_ms'])}); slower side answers in {_secs(pace_ms)} (median)")
-    depths = r["depths"] or []
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def describe(e: Episode, severity: Severity, p: Params) -> Finding:
+    machine = machine_paced(e, p)
+    rounds, ch, is_room = e.rounds, e.chains, e.is_room
+    (a, b), (da, db) = e.pair, e.names
+    where = (f" in {e.channel}" if is_room else " over the peer session channel" if e.channel == "peer"
+             else "" if e.channel in MESSAGE_KINDS else f" on {e.channel}")
+    duration_s = (e.stop - e.start).total_seconds()
+    pattern = _pattern(e, machine)
+    title = (f"{da} ⇄ {db}: {len(e.ids):,} messages, {rounds:,} round trips in "
+             f"{human_duration(duration_s)} ({pattern})")
+    pace = (f"median gap {_secs(e.gap_ms['median'])} (p10 {_secs(e.gap_ms['p10'])}, "
+            f"p90 {_secs(e.gap_ms['p90'])}); slower side answers in {_secs(e.pace_ms)} (median)")
+    depths = e.depths
     depth_note = ""
     if depths:
-        if terminated_by_guard:
-            depth_note = (f"; depth climbed to {max(depths)} in each of {len(ch)} chains and the "
+        if ch.terminated_by_guard:
+            depth_note = (f"; depth climbed to {max(depths)} in each of {ch.count} chains and the "
                           f"MAX_HOP_DEPTH={p.max_hop_depth} guard stopped every one")
-        elif not depth_grew:
+        elif not ch.depth_grew:
             depth_note = (f"; depth stayed at {depths[0] if len(depths) == 1 else depths} the whole "
                           "time, so the hop-depth guard could never fire")
         else:
             depth_note = f"; depths {min(depths)}–{max(depths)}"
     role_note = ""
-    if r["a2a"]:
-        role_note = f"; {r['a2a']:,} replies answered an `assistant` message (role check missing)"
-    elif r["u2u"]:
-        role_note = f"; {r['u2u']:,} replies forwarded a `user` message as `user`"
-    summary = (f"{da} and {db} exchanged {len(ids):,} messages{where}, alternating "
-               f"{r['switches']:,} times from {r['start']:%Y-%m-%d %H:%M:%S} to "
-               f"{r['stop']:%H:%M:%S} without a {human_duration(p.break_s)} break; {pace}"
+    if e.replies_to_assistant:
+        role_note = (f"; {e.replies_to_assistant:,} replies answered an `assistant` message "
+                     "(role check missing)")
+    elif e.user_forwarded_as_user:
+        role_note = f"; {e.user_forwarded_as_user:,} replies forwarded a `user` message as `user`"
+    summary = (f"{da} and {db} exchanged {len(e.ids):,} messages{where}, alternating "
+               f"{e.switches:,} times from {e.start:%Y-%m-%d %H:%M:%S} to "
+               f"{e.stop:%H:%M:%S} without a {human_duration(p.break_s)} break; {pace}"
                f"{role_note}{depth_note}.")
     if not machine:
         summary += (" One side answers at human pace: probably a long conversation, listed for "
                     "review because it ran so long without a break.")
 
     evidence = []
-    if r["first_hop"]:
-        evidence.append({**r["first_hop"], "note": "first message of the episode"})
-    if r["first_a2a"]:
-        evidence.append({**r["first_a2a"], "note": "first auto-reply to an `assistant` message"})
-    elif r["first_u2u"]:
-        evidence.append({**r["first_u2u"], "note": "first `user` message forwarded back as `user`"})
-    if r["first_guard"]:
-        g = r["first_guard"]
-        evidence.append({"file": g["file"], "line": g["line"],
-                         "note": f"first message at depth {g['depth']} (hop-depth guard)"})
-    if r["last_hop"]:
-        evidence.append({**r["last_hop"], "note": "last message of the episode"})
+    if e.first_hop:
+        evidence.append(e.first_hop.says("first message of the episode"))
+    if e.first_a2a:
+        evidence.append(e.first_a2a.says("first auto-reply to an `assistant` message"))
+    elif e.first_u2u:
+        evidence.append(e.first_u2u.says("first `user` message forwarded back as `user`"))
+    if e.first_guard:
+        evidence.append(e.first_guard.says(f"first message at depth {e.first_guard.depth} "
+                                           "(hop-depth guard)"))
+    if e.last_hop:
+        evidence.append(e.last_hop.says("last message of the episode"))
 
     return Finding(
         detector="ping_pong",
-        key=f"{r['chan']}|{a}|{b}|{r['start']:%Y-%m-%dT%H:%M:%S.%f}",
+        key=f"{e.channel}|{a}|{b}|{e.start:%Y-%m-%dT%H:%M:%S.%f}",
         severity=severity, title=title, summary=summary,
-        recommendation=_recommendation(r, is_room, terminated_by_guard, depth_grew, p),
-        start=r["start"], end=r["stop"],
-        actors=[a, b], targets=[b, a] if not is_room else [r["chan"]],
-        sessions=[r["chan"]] if is_room else [f"{a}↔{b}"],
-        claim_sql=CLAIM, claim_params={"ids": ids},
+        recommendation=_recommendation(e, p),
+        start=e.start, end=e.stop,
+        actors=[a, b], targets=[b, a] if not is_room else [e.channel],
+        sessions=[e.channel] if is_room else [f"{a}↔{b}"],
+        claim_sql=CLAIM, claim_params={"ids": e.ids},
         unit_kinds=UNIT_KINDS,
         details={
-            "channel": r["chan"], "pair": [a, b], "names": {a: da, b: db},
-            "messages": len(ids), "stored_records": r["stored_records"], "hops": r["hops"],
-            "switches": r["switches"], "rounds": rounds,
-            "from": {a: r["from_a"], b: r["from_b"]},
+            "channel": e.channel, "pair": [a, b], "names": {a: da, b: db},
+            "messages": len(e.ids), "stored_records": e.stored_records, "hops": e.hops,
+            "switches": e.switches, "rounds": rounds,
+            "from": {a: e.sent[0], b: e.sent[1]},
             "duration_s": duration_s,
-            "gap_ms": {"median": r["median_gap_ms"], "p10": r["p10_gap_ms"], "p90": r["p90_gap_ms"]},
-            "reply_median_ms": {a: r["reply_a_ms"], b: r["reply_b_ms"]},
+            "gap_ms": dict(e.gap_ms),
+            "reply_median_ms": {a: e.reply_ms[0], b: e.reply_ms[1]},
             "machine_paced": machine,
-            "roles": r["roles"] or [], "replies_to_assistant": r["a2a"],
-            "user_forwarded_as_user": r["u2u"], "user_then_assistant": r["u2a"],
-            "depths": depths, "depth_grew": depth_grew, "chains": len(ch),
-            "chains_stopped_by_guard": len(guarded_chains),
-            "terminated_by_guard": terminated_by_guard, "past_guard": past_guard,
-            "max_hop_depth": p.max_hop_depth, "files": r["files"],
+            "roles": e.roles, "replies_to_assistant": e.replies_to_assistant,
+            "user_forwarded_as_user": e.user_forwarded_as_user,
+            "user_then_assistant": e.user_then_assistant,
+            "depths": depths, "depth_grew": ch.depth_grew, "chains": ch.count,
+            "chains_stopped_by_guard": ch.stopped_by_guard,
+            "terminated_by_guard": ch.terminated_by_guard, "past_guard": ch.past_guard,
+            "max_hop_depth": p.max_hop_depth, "files": e.files,
         },
-        evidence=[EvidenceLine(**e) for e in evidence],
+        evidence=evidence,
     )
 
 
-def _pattern(r: dict, machine: bool, guarded: bool, grew: bool, is_room: bool) -> str:
+def _pattern(e: Episode, machine: bool) -> str:
     if not machine:
         return "human-paced, long"
-    if guarded:
+    if e.chains.terminated_by_guard:
         return "loop stopped by the depth guard each time"
-    if r["a2a"]:
+    if e.replies_to_assistant:
         return "echo loop: auto-replies to assistant messages"
-    if is_room:
-        return "bots answering each other" + ("" if grew else ", depth not carried")
-    if r["u2u"]:
+    if e.is_room:
+        return "bots answering each other" + ("" if e.chains.depth_grew else ", depth not carried")
+    if e.user_forwarded_as_user:
         return "user messages forwarded back and forth"
     return "machine-paced back-and-forth"
 
 
-def _recommendation(r: dict, is_room: bool, guarded: bool, grew: bool, p: Params) -> str:
+def _recommendation(e: Episode, p: Params) -> str:
     cap = (f"rate-cap auto-replies per pair (e.g. at most {p.min_rounds} round trips per "
            f"{human_duration(p.break_s)}) and alert when the cap trips.")
-    if is_room:
+    if e.is_room:
         return ("The reactive room handler must set room_depth = incoming_post.depth before the agent "
                 "runs, so each reply goes out at depth + 1 and MAX_ROOM_POST_DEPTH = "
                 f"{p.max_hop_depth} drops the chain; have bots ignore posts from other bots unless a "
                 "person mentions them; " + cap)
-    if r["roles"] or r["depths"]:
+    if e.roles or e.depths:
         parts = []
-        if r["a2a"] or not guarded:
+        if e.replies_to_assistant or not e.chains.terminated_by_guard:
             parts.append("Check the role before auto-replying: execute_inbound_session_message and "
                          "run_session_executor must return before the LLM runs unless "
                          "message.role == user (never auto-reply to `assistant`), and replies must "
                          "carry role `assistant`.")
-        if r["u2u"]:
+        if e.user_forwarded_as_user:
             parts.append("Do not forward a received question onward as role `user`; answer it or "
                          "reply as `assistant`.")
-        if not grew:
+        if not e.chains.depth_grew:
             parts.append("Carry depth forward across hops: reply at incoming depth + 1 and seed "
                          "SessionDepthTracker.default_depth / task_depth from the incoming message, "
                          f"so MAX_HOP_DEPTH = {p.max_hop_depth} can end the chain.")
@@ -302,7 +401,7 @@ DETECTOR = Detector(
     name="ping_pong",
     description="two parties bouncing messages back and forth at machine pace (echo loops, bot floods)",
     params=Params,
-    run=run,
+    run=staged(measure, judge, describe),
     rank=30,
     reads=("message", "room_post", "record"),
 )
