@@ -8,6 +8,8 @@ import numpy as np
 
 from loophound.detect import ping_pong as pp
 from loophound.detect import repeated_error as re_
+from loophound.detect import trigger_cycle as tc
+from loophound.detect.lineage import Lineage
 from loophound.vocabulary import Severity
 
 T0 = dt.datetime(2026, 1, 1)
@@ -135,3 +137,47 @@ def test_a_human_paced_pair_is_a_finding_only_when_it_runs_very_long():
     assert pp.judge(forwarded, p) is Severity.MEDIUM
     f = pp.describe(forwarded, Severity.MEDIUM, p)
     assert "human-paced" in f.title and not f.details["machine_paced"]
+
+
+# --- trigger_cycle -----------------------------------------------------------------------------
+
+
+def test_periodic_segments_find_a_repeat_and_follow_it():
+    assert tc.periodic_segments(list("ABABABA"), 5) == [(0, 7, 2)]
+    assert tc.periodic_segments(list("XABCABCABY"), 5) == [(1, 9, 3)]
+    assert tc.periodic_segments(list("ABC"), 5) == []  # a chain that ends
+    assert tc.periodic_segments(list("ABCDEFA"), 5) == []  # the repeat is too far back
+    assert tc.periodic_segments(list("RSR"), 5) == [(0, 3, 2)]  # one lap: a round trip
+
+
+def _chain(agents: str, minutes: float = 1.0) -> Lineage:
+    """One linear lineage: hop i goes from agents[i] to agents[i + 1]."""
+    hops = [{"event_id": i, "ts": T0 + dt.timedelta(minutes=minutes * i), "file": "h.jsonl",
+             "line": i + 1, "source": a, "target": b, "session": None, "corr_id": f"c{i}",
+             "parent_id": None, "depth": 0}
+            for i, (a, b) in enumerate(zip(agents, agents[1:], strict=False))]
+    return Lineage(hops, {}, {i: (i - 1 if i else None) for i in range(len(hops))}, {},
+                   {i: "lineage" for i in range(1, len(hops))})
+
+
+def test_a_ring_is_found_along_the_lineage_with_its_laps():
+    [ring] = tc.find_rings(_chain("XABCABCABCA"), max_cycle_len=5, min_laps=3, max_paths=100)
+    assert (ring.cycle, ring.laps, ring.entry, ring.exit) == (list("ABC"), 3, "X", None)
+    assert ring.lap_hops == [1, 4, 7] and ring.hops == list(range(1, 10))
+    assert tc.find_rings(_chain("XABCABCA"), max_cycle_len=5, min_laps=3, max_paths=100) == []
+    assert tc.find_rings(_chain("ABCABCABCA"), max_cycle_len=2, min_laps=3, max_paths=100) == []
+
+
+def test_cycle_severity_follows_laps_cost_and_the_window():
+    lin = _chain("ABABABAB", minutes=10)
+    [ring] = tc.find_rings(lin, 5, 3, 100)
+    cycle = tc._cycle(lin, ring)
+    assert cycle.lap_s == [1200.0] * (ring.laps - 1) and cycle.closing.target == "A"
+    p = tc.Params()
+    assert tc.judge(cycle, p) is Severity.HIGH  # a lap of 20 min, within the 30-min window
+    assert tc.judge(cycle, tc.Params(window_s=600)) is Severity.MEDIUM
+    assert tc.judge(cycle, tc.Params(critical_laps=ring.laps)) is Severity.CRITICAL
+    cycle.cost_usd = p.critical_cost_usd
+    assert tc.judge(cycle, p) is Severity.CRITICAL
+    f = tc.describe(cycle, Severity.CRITICAL, p)
+    assert f.details["cycle_text"] == "A → B → A" and len(f.evidence) == 3
