@@ -7,6 +7,7 @@ import datetime as dt
 import numpy as np
 
 from loophound.detect import ping_pong as pp
+from loophound.detect import repair_loop as rl
 from loophound.detect import repeated_error as re_
 from loophound.detect import trigger_cycle as tc
 from loophound.detect.lineage import Lineage
@@ -181,3 +182,57 @@ def test_cycle_severity_follows_laps_cost_and_the_window():
     assert tc.judge(cycle, p) is Severity.CRITICAL
     f = tc.describe(cycle, Severity.CRITICAL, p)
     assert f.details["cycle_text"] == "A → B → A" and len(f.evidence) == 3
+
+
+# --- repair_loop -------------------------------------------------------------------------------
+
+
+def _step(step_id, attempts=3, ok=False, session="episode-0", stated=None, max_attempt=3,
+          phash="h1", hashes=1, tokens_in=1000):
+    return {"session": session, "corr_id": f"p{step_id}", "step_id": step_id,
+            "attempts": attempts, "last_attempt": attempts, "last_ok": ok,
+            "all_failed_validation": not ok, "hashes": hashes, "phash": phash, "start": T0,
+            "stop": T0, "first_file": "episodes.jsonl", "first_line": step_id * 10,
+            "last_line": step_id * 10 + attempts - 1, "actors": ["llm"], "fields": None,
+            "max_attempt": max_attempt, "stated_max_repairs": stated, "tokens_in": tokens_in,
+            "tokens_out": 10, "cost_usd": None, "model": "m", "llm_actor": None}
+
+
+def test_the_attempt_cap_comes_from_the_setting_results_json_the_log_or_the_default():
+    p = rl.Params()
+    assert rl.attempt_cap(_step(1, stated=4), rl.Params(max_repairs=1)) == (2, "setting")
+    assert rl.attempt_cap(_step(1, stated=4), p) == (5, "results.json")
+    assert rl.attempt_cap(_step(1), p) == (3, "highest attempt_index in the episode")
+    assert rl.attempt_cap(_step(1, max_attempt=1), p) == (3, "default_max_repairs")
+
+
+def test_exhausted_steps_in_a_row_make_a_run_a_repaired_step_or_a_gap_ends_it():
+    p = rl.Params()
+    steps = ([_step(i) for i in range(1, 5)]  # 1-4 exhausted
+             + [_step(5, attempts=2, ok=True)]  # repaired on the second attempt
+             + [_step(i) for i in (6, 7)]  # only two
+             + [_step(i) for i in (9, 10, 11)]  # a gap of two steps before: a new run
+             + [_step(12, session="episode-1")])  # another episode
+    runs = rl.exhausted_runs(steps, p)
+    assert [[s["step_id"] for s in r] for r in runs] == [[1, 2, 3, 4], [9, 10, 11]]
+    assert rl.exhausted_runs(steps, rl.Params(max_step_gap=2))[1][0]["step_id"] == 6
+
+
+def _repair_run(steps) -> rl.RepairRun:
+    [run] = rl.exhausted_runs(steps, rl.Params())
+    return rl._run(run)
+
+
+def test_repair_loop_severity():
+    p = rl.Params()
+    different = _repair_run([_step(i, phash=f"h{i}", hashes=3) for i in range(1, 4)])
+    different.all_failed = False
+    assert rl.judge(different, p) is Severity.MEDIUM
+    same = _repair_run([_step(i) for i in range(1, 4)])
+    assert same.one_hash_throughout and rl.judge(same, p) is Severity.HIGH
+    long = _repair_run([_step(i) for i in range(1, p.critical_steps + 1)])
+    assert rl.judge(long, p) is Severity.CRITICAL
+    growing = _repair_run([_step(i, phash=f"h{i}", hashes=3, tokens_in=1000 * i) for i in range(1, 9)])
+    assert rl.prompt_growing(growing, p) and rl.judge(growing, p) is Severity.CRITICAL
+    f = rl.describe(growing, Severity.CRITICAL, p)
+    assert f.details["tokens_growing"] and [e.line for e in f.evidence] == [10, 82]
