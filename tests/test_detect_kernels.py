@@ -6,11 +6,13 @@ import datetime as dt
 
 import numpy as np
 
+from loophound.detect import depth_violation as dv
 from loophound.detect import ping_pong as pp
 from loophound.detect import repair_loop as rl
 from loophound.detect import repeated_error as re_
 from loophound.detect import trigger_cycle as tc
 from loophound.detect.lineage import Lineage
+from loophound.detect.messages import Spot
 from loophound.vocabulary import Severity
 
 T0 = dt.datetime(2026, 1, 1)
@@ -151,11 +153,11 @@ def test_periodic_segments_find_a_repeat_and_follow_it():
     assert tc.periodic_segments(list("RSR"), 5) == [(0, 3, 2)]  # one lap: a round trip
 
 
-def _chain(agents: str, minutes: float = 1.0) -> Lineage:
+def _chain(agents: str, minutes: float = 1.0, depths=None) -> Lineage:
     """One linear lineage: hop i goes from agents[i] to agents[i + 1]."""
     hops = [{"event_id": i, "ts": T0 + dt.timedelta(minutes=minutes * i), "file": "h.jsonl",
              "line": i + 1, "source": a, "target": b, "session": None, "corr_id": f"c{i}",
-             "parent_id": None, "depth": 0}
+             "parent_id": None, "depth": depths[i] if depths else 0}
             for i, (a, b) in enumerate(zip(agents, agents[1:], strict=False))]
     return Lineage(hops, {}, {i: (i - 1 if i else None) for i in range(len(hops))}, {},
                    {i: "lineage" for i in range(1, len(hops))})
@@ -236,3 +238,38 @@ def test_repair_loop_severity():
     assert rl.prompt_growing(growing, p) and rl.judge(growing, p) is Severity.CRITICAL
     f = rl.describe(growing, Severity.CRITICAL, p)
     assert f.details["tokens_growing"] and [e.line for e in f.evidence] == [10, 82]
+
+
+# --- depth_violation ---------------------------------------------------------------------------
+
+
+def _guard(at_guard=0, answered=0, past=0, room=0):
+    return dv.GuardEpisode(
+        channel="peer", pair=("a", "b"), names=("a", "b"), is_room=False, messages=10, start=T0,
+        stop=T0, ids=list(range(max(at_guard + past + room, 1))), at_guard=at_guard,
+        answered=answered, past=past, room=room, max_depth=4,
+        hits=[(Spot("x", 1, 4), bool(answered))])
+
+
+def test_what_happened_at_the_guard_decides_the_severity():
+    p = dv.Params()
+    assert dv.guard_outcome(_guard(at_guard=1), p) == "stopped"
+    assert dv.judge(_guard(at_guard=1), p) is Severity.LOW
+    assert dv.judge(_guard(at_guard=p.guard_repeat), p) is Severity.MEDIUM
+    assert dv.judge(_guard(room=1), p) is Severity.MEDIUM
+    assert dv.judge(_guard(at_guard=2, answered=1), p) is Severity.HIGH
+    assert dv.judge(_guard(past=1), p) is Severity.HIGH
+    f = dv.describe(_guard(at_guard=2, answered=1), Severity.HIGH, p)
+    assert "did not hold" in f.title and f.details["terminated_by_guard"] == 1
+    assert list(f.details)[:4] == ["kind", "channel", "pair", "names"]
+
+
+def test_a_hook_lineage_whose_depth_never_grows_is_stuck():
+    flat = dv.stuck_lineages(_chain("ABCDEF"), cap=3)
+    [h] = flat
+    assert (h.hops, h.depth, h.hooks_beyond_cap, h.revisits_agents) == (5, 0, [3, 4], False)
+    assert dv.judge(h, dv.Params()) is Severity.MEDIUM
+    [cyclic] = dv.stuck_lineages(_chain("ABABAB"), cap=3)
+    assert cyclic.revisits_agents and dv.judge(cyclic, dv.Params()) is Severity.LOW
+    assert dv.stuck_lineages(_chain("ABCDEF", depths=[0, 1, 2, 3, 4]), cap=3) == []
+    assert dv.stuck_lineages(_chain("ABC"), cap=3) == []

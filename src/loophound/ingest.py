@@ -30,10 +30,12 @@ from .errors import InputError
 from .formats.base import Format, FormatContext
 from .formats.generic import validate_mapping
 from .lines import (
+    BOM,
     MAX_LINE_BYTES,
     LineBatch,
     ReadState,
     Rejected,
+    StopAtDamage,
     complete_partial,
     compression_of,
     open_binary,
@@ -41,7 +43,7 @@ from .lines import (
     read_lines,
 )
 from .schema import COLUMNS, QUARANTINE_COLUMNS
-from .store import Store, create_batch_table
+from .store import OUTCOME_COLUMNS, Store, create_batch_table
 
 HEAD_LEN = 4096
 TAIL_LEN = 4096
@@ -116,9 +118,7 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                for f in sorted(p.rglob("*")):
-                    if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
-                        continue
+                for f in _files_below(p, passed_over):
                     if _is_log_name(f):
                         found.append((f, os.path.normpath(str(f))))
                     elif not f.name.lower().endswith("results.json"):
@@ -136,6 +136,20 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
             seen.add(key)
             unique.append((key, shown))
     return unique, passed_over
+
+
+def _files_below(folder: Path, passed_over: list[tuple[str, str]]) -> list[Path]:
+    """Every file below `folder` (hidden ones left out), sorted; a folder that cannot be
+    listed is named in `passed_over` with the reason, never skipped without a word."""
+    def unreadable(exc: OSError) -> None:
+        passed_over.append((os.path.normpath(exc.filename or str(folder)),
+                            f"cannot read this folder: {exc.strerror or exc}"))
+
+    found = []
+    for top, dirs, files in os.walk(folder, onerror=unreadable):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(top) / f for f in files if not f.startswith(".")]
+    return sorted(f for f in found if f.is_file())
 
 
 # -- the catalog's memory of a file ---------------------------------------------------------
@@ -232,7 +246,10 @@ def _match(head: bytes, resolved: str, cache: _CatalogCache) -> Known | None:
     """The stored input this file continues: same first bytes, same path preferred."""
     candidates = [k for n in cache.head_lens if len(head) >= n
                   for k in cache.by_head.get((n, hashlib.sha256(head[:n]).hexdigest()), [])]
-    candidates.sort(key=lambda k: (k.path != resolved, -k.bytes))
+    # the same path first; of its inputs the newest (a generation started when the file was
+    # cut back); else the largest (of a rotated log's copies, the one read furthest)
+    candidates.sort(key=lambda k: (k.path != resolved, -k.input_id if k.path == resolved
+                                   else -k.bytes))
     return candidates[0] if candidates else None
 
 
@@ -301,6 +318,8 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
     if known is not None and _unchanged(path, known):
         rep.status, rep.sha256, rep.lines = "unchanged", known.sha256, known.lines
         return rep
+    if known is not None and _start_generation(path, shown, store, fmt, known, head, rep):
+        return rep
     try:
         _read_into_store(path, shown, store, fmt, known, options, rep, progress, head)
     except (OSError, EOFError) as exc:
@@ -312,6 +331,78 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
                               "of it was stored. This is a loophound bug: please report it with "
                               "the file's first lines")
     return rep
+
+
+def _start_generation(path: Path, shown: str, store: Store, fmt: Format, known: Known,
+                      head: bytes, rep: FileReport) -> bool:
+    """A file shorter than a stored input it starts like, whose every complete line is one
+    that input already holds (a log cut back to its own first lines, or an older copy of a
+    log that grew): nothing in it is new. It becomes a new generation, an input of its own
+    whose watermark is its end, so what is appended to it later is read, and nothing is read
+    twice. False when it is not such a prefix (then it is read as a file of its own)."""
+    if compression_of(path) is not None:
+        return False
+    try:
+        if path.stat().st_size >= known.bytes:
+            return False
+        data = path.read_bytes()
+    except OSError:
+        return False
+    complete = data[: data.rfind(b"\n") + 1]
+    if not complete or not _holds_prefix(store, known, complete):
+        return False
+    hasher = Sha256()
+    hasher.update(complete)
+    state = ReadState(next_line=complete.count(b"\n") + 1, next_offset=len(complete))
+    con = db.scratch()
+    input_id = _next_id(store, "inputs", "input_id")
+    _commit(store, con, path, shown, fmt, None, input_id, state, [], hasher.hexdigest(),
+            head_bytes=head[:HEAD_LEN], ended_without_newline=False, first_offset=0,
+            range_sha=hasher.hexdigest(), compressed=False, batch_id=_next_id(store, "batches",
+                                                                              "batch_id"),
+            events_file=None, events=0, sha_state=hasher.state(), tail=complete[-TAIL_LEN:])
+    con.close()
+    rep.status, rep.sha256, rep.lines = "prefix", hasher.hexdigest(), state.next_line - 1
+    rep.warnings.append(f"its {rep.lines:,} lines are the first lines of {known.path}, already "
+                        "read: nothing new; lines appended to it later are read")
+    return True
+
+
+def _holds_prefix(store: Store, known: Known, data: bytes) -> bool:
+    """Whether `data` (complete lines) is the start of what `known` was read from: the
+    batches it covers whole by their SHA-256, the lines after the last of them by the offset
+    and length of the events stored for them."""
+    with store.catalog_connection(read_only=True) as cat:
+        batches = cat.execute(
+            "SELECT first_offset, end_offset, sha256 FROM batches WHERE input_id = ? "
+            "ORDER BY first_offset", [known.input_id]).fetchall()
+    covered = 0
+    for first, end, sha in batches:
+        if end > len(data) or first != covered:
+            break
+        if hashlib.sha256(data[first:end]).hexdigest() != sha:
+            return False
+        covered = end
+    rest = data[covered:]
+    if not rest:
+        return True
+    bounds = [covered + i + 1 for i, b in enumerate(rest) if b == 0x0A]
+    starts = [covered, *bounds[:-1]]
+    if covered == 0 and data.startswith(BOM):
+        starts[0] = len(BOM)
+    lines = [(s, e - s) for s, e in zip(starts, bounds, strict=True)]
+    files = _cache(store).files_of.get(known.input_id, [])
+    if not files:
+        return False
+    lo = known.input_id << 32
+    con = db.scratch()
+    stored = con.execute(
+        f"SELECT byte_offset, byte_length FROM read_parquet({db.sql_list(files)}) "
+        f"WHERE event_id >= {lo} AND event_id < {lo + (1 << 32)} "
+        f"AND byte_offset >= {covered} AND byte_offset < {len(data)} ORDER BY byte_offset"
+    ).fetchall()
+    con.close()
+    return [tuple(r) for r in stored] == lines
 
 
 def _unchanged(path: Path, known: Known) -> bool:
@@ -418,12 +509,20 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
 
         if known is not None and known.ended_without_newline:
             # the line read last had no newline then; if its newline came since, skip it
+            # (`\r\n` in a CRLF log: both, or the next line would be a phantom blank one)
             first = stream.read(1)
-            if first == b"\n":
+            if first == b"\r":
+                second = stream.read(1)
+                if second == b"\n":
+                    first += second
+                elif second:
+                    stream = _Prepend(second, stream)
+            if first in (b"\n", b"\r\n"):
                 on_consumed(first)
-                state.next_offset += 1
+                state.next_offset += len(first)
             elif first:
                 stream = _Prepend(first, stream)
+        stream = StopAtDamage(stream, state.next_offset, compressed)
         mapper = _Mapper(con, fmt, ctx)
         try:
             chunks = _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
@@ -446,6 +545,11 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
             sink.flush(final=True)
         finally:
             events = sink.close()
+        if stream.damage:
+            rep.warnings.append(
+                f"stopped reading: {stream.damage}; a damaged or cut-short compressed file? "
+                f"The {state.next_line - 1:,} complete lines before that point are kept")
+        _record_late_outcomes(store, con)
         ts_range = con.execute("SELECT min(ts), max(ts) FROM file_rows").fetchall()[0]
         rep.events, rep.new_bytes = events, state.next_offset - first_offset
         rep.quarantined = Counter(r.reason for r in rejected)
@@ -469,6 +573,17 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 events_file=sink.relative if events else None, events=events,
                 sha_state=hasher.state(), tail=bytes(recent), ts_range=ts_range)
         con.close()
+
+
+def _record_late_outcomes(store: Store, con: duckdb.DuckDBPyConnection) -> None:
+    """The outcomes this read learnt of requests already written (their responses came in
+    a later chunk or run), kept in the catalog before the batch commits: a kill between the
+    two leaves rows the rerun writes again, which the views read once."""
+    rows = con.execute("SELECT * FROM late_outcomes").fetchall()
+    if not rows:
+        return
+    with store.catalog_connection() as cat:
+        cat.executemany("INSERT INTO outcomes VALUES (?, ?, ?, ?)", rows)
 
 
 class _Prepend:
@@ -528,7 +643,7 @@ def _discard(stream, n: int) -> None:
 def _is_json_object(raw: bytes) -> bool:
     try:
         return isinstance(json.loads(raw), dict)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return False
 
 
@@ -557,6 +672,7 @@ class _ChunkSink:
         self.thread = threading.Thread(target=self._write, daemon=True)
         self.thread.start()
         con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE late_outcomes ({OUTCOME_COLUMNS})")
         files = _cache(store).files_of.get(ctx.input_id, [])
         for view, some in (("stored_events", files), ("recent_stored_events", files[-RECENT:])):
             con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
@@ -660,6 +776,7 @@ class _Mapper:
         con.register("raw_all", batch.table)
         # Optimistic: most chunks hold only valid JSON, and the key check parses every line
         # anyway, so validity costs a pass of its own only when that parse fails.
+        valid = "true"
         con.execute("CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all")
         try:
             self._find_unknown_keys()
@@ -669,12 +786,39 @@ class _Mapper:
             for line, off, length, text in bad:
                 batch.rejected.append(Rejected(line, off, length, "invalid_json",
                                                _json_error(text), text[:200].rstrip("\r\n")))
-            con.execute("CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all "
-                        "WHERE json_valid(text)")
+            valid = "json_valid(text)"
+            con.execute(f"CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all WHERE {valid}")
             self._find_unknown_keys()
-        con.execute(self._insert_sql(), {"file": self.ctx.display_path}).fetchall()
+        try:
+            con.execute(self._insert_sql(), {"file": self.ctx.display_path}).fetchall()
+        except duckdb.Error:
+            lines = [r[0] for r in con.execute(
+                f"SELECT line FROM raw_all WHERE {valid} ORDER BY line").fetchall()]
+            batch.rejected.extend(self._isolate(lines, valid))
         con.unregister("raw_all")
         return batch.rejected
+
+    def _isolate(self, lines: list[int], valid: str) -> list[Rejected]:
+        """Map `lines` in halves after a mapping of them all failed, so a line the format
+        cannot map (a value no mapping foresaw) costs that line, with the reason, and never
+        its neighbours or its file: a few statements per bad line."""
+        con, lo, hi = self.con, lines[0], lines[-1]
+        con.execute(f"CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all "
+                    f"WHERE {valid} AND line BETWEEN {int(lo)} AND {int(hi)}")
+        try:
+            con.execute(self._insert_sql(), {"file": self.ctx.display_path}).fetchall()
+            return []
+        except duckdb.Error as exc:
+            if len(lines) > 1:
+                half = len(lines) // 2
+                return self._isolate(lines[:half], valid) + self._isolate(lines[half:], valid)
+            off, length, text = con.execute(
+                f"SELECT byte_offset, byte_length, text FROM raw_all WHERE line = {int(lo)}"
+            ).fetchall()[0]
+            reason = str(exc).strip().splitlines()[0][:300]
+            return [Rejected(lo, off, length, "unmappable",
+                             f"the {self.fmt.name} format cannot map a value of this line: "
+                             f"{reason}", text[:200].rstrip("\r\n"))]
 
     def _find_unknown_keys(self) -> None:
         """Every line's keys are checked (no sampling: a key first seen on line 900,000 still
@@ -715,6 +859,8 @@ def _json_error(text: str) -> str:
         json.loads(text)
     except ValueError as exc:
         return f"malformed JSON: {exc}"
+    except RecursionError:
+        return "malformed JSON, nested too deeply to say where"
     return "malformed JSON"
 
 

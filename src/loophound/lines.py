@@ -77,17 +77,30 @@ def open_binary(path: Path) -> io.RawIOBase | io.BufferedIOBase:
     return open(path, "rb", buffering=0)
 
 
-def read_head(path: Path, n: int) -> bytes:
-    """The first `n` bytes of a log, decompressed (fewer when it is shorter): what format
-    sniffing and automatic mapping look at."""
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
+HEAD_LINES = 50  # complete lines a head holds, however long they are (up to HEAD_MAX_BYTES)
+HEAD_MAX_BYTES = 16 * 1024 * 1024
+
+
+def read_head(path: Path, n: int, lines: int = HEAD_LINES) -> bytes:
+    """The first `n` bytes of a log, decompressed (fewer when it is shorter), and more until
+    they hold `lines` complete lines or HEAD_MAX_BYTES: what format sniffing and automatic
+    mapping look at, so a first line of 70 KiB (a long prompt) is still a line to look at.
+    A damaged compressed file gives what could be read."""
+    out = bytearray()
     with open_binary(path) as stream:
-        out = b""
-        while len(out) < n:
-            chunk = stream.read(n - len(out))
+        while len(out) < HEAD_MAX_BYTES:
+            want = n - len(out) if len(out) < n else max(n, len(out))
+            try:
+                chunk = stream.read(min(want, HEAD_MAX_BYTES - len(out)))
+            except (OSError, EOFError):
+                break
             if not chunk:
                 break
             out += chunk
-        return out
+            if len(out) >= n and out.count(b"\n") >= lines:
+                break
+    return bytes(out)
 
 
 def _utf8_bad_lines(data: bytes, buf: np.ndarray, ends: np.ndarray) -> set[int]:
@@ -130,7 +143,8 @@ def split_chunk(
     tail = data[int(ends[-1]) :] if n else data
     starts = np.empty(n, dtype=np.int64)
     if n:
-        starts[0] = 0
+        # a byte order mark before the first line is not part of it (its bytes are still hashed)
+        starts[0] = len(BOM) if first_offset == 0 and data.startswith(BOM) else 0
         starts[1:] = ends[:-1]
     lengths = ends - starts
     rejected: list[Rejected] = []
@@ -176,7 +190,7 @@ def _arrow_lines(
     """Zero-copy Arrow strings over the chunk: each value is one line, newline included."""
     idx = np.flatnonzero(keep)
     if len(idx) == len(starts):
-        offsets = np.concatenate([[0], ends]).astype(np.int64)
+        offsets = np.concatenate([starts[:1], ends]).astype(np.int64)
         text = pa.LargeStringArray.from_buffers(
             len(starts), pa.py_buffer(offsets), pa.py_buffer(data)
         )
@@ -190,6 +204,43 @@ def _arrow_lines(
         "byte_length": pa.array((ends - starts)[idx], pa.int32()),
         "text": text,
     })
+
+
+class StopAtDamage:
+    """A stream that ends where the data can no longer be read (a compressed file cut short
+    while being rotated or copied), instead of raising: every complete line before that point
+    is read and kept, and `damage` says what stopped it and where."""
+
+    PIECE = 8192  # a decompressor that fails loses the piece it was making: keep them small
+
+    def __init__(self, stream, offset: int = 0, compressed: bool = False):
+        self.stream, self.offset, self.compressed = stream, offset, compressed
+        self.damage: str | None = None
+
+    def read(self, n: int = -1) -> bytes:
+        if self.damage is not None:
+            return b""
+        if not self.compressed:
+            return self._read(n)
+        out = bytearray()
+        while n < 0 or len(out) < n:
+            piece = self._read(self.PIECE if n < 0 else min(self.PIECE, n - len(out)))
+            if not piece:
+                break
+            out += piece
+        return bytes(out)
+
+    def _read(self, n: int) -> bytes:
+        try:
+            data = self.stream.read(n)
+        except (OSError, EOFError) as exc:
+            self.damage = f"{exc} (at decompressed byte {self.offset:,})"
+            return b""
+        self.offset += len(data)
+        return data
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 def read_lines(

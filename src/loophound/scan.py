@@ -79,6 +79,10 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     since = None
     if lookback is not None and before_doc and before_doc["totals"].get("end"):
         since = _parse_iso(before_doc["totals"]["end"]) - lookback
+        # a log whose clock is behind the others' (another host, a replay) is looked at from
+        # its own latest time: its new lines are never older than the window
+        own = store.window_start(lookback)
+        since = min(since, own) if own is not None else since
         only = only or alerting_detectors(alert_on)
     con = store.connect(since)
     findings = run_detectors(con, params, only)

@@ -88,6 +88,11 @@ ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS batches_seen INTEGER;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS attribution_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS run_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS inputs_file VARCHAR;
+ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS outcomes_file VARCHAR;
+-- the outcome of a request whose response a later ingest read (events files are written once)
+CREATE TABLE IF NOT EXISTS outcomes (
+  event_id BIGINT, ok BOOLEAN, error VARCHAR, latency_ms DOUBLE
+);
 """
 
 
@@ -104,6 +109,8 @@ _LAST_SEEN = """WITH last AS (
 # else in a store folder is ever deleted by a recovery (a copy, a user's file, a newer
 # version's file stays).
 JOURNAL = "writing.journal"
+
+OUTCOME_COLUMNS = "event_id BIGINT, ok BOOLEAN, error VARCHAR, latency_ms DOUBLE"
 
 _READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -256,7 +263,8 @@ class Store:
                 "UNION SELECT finding_events_file FROM findings_runs "
                 "UNION SELECT attribution_file FROM findings_runs "
                 "UNION SELECT run_file FROM findings_runs "
-                "UNION SELECT inputs_file FROM findings_runs"
+                "UNION SELECT inputs_file FROM findings_runs "
+                "UNION SELECT outcomes_file FROM findings_runs"
             ).fetchall() if r[0]}
         for rel in sorted(intended - listed):
             target = (self.root / rel).resolve()
@@ -290,6 +298,19 @@ class Store:
                 SELECT input_id, (CAST(input_id AS BIGINT) << 32) + max(end_line)
                 FROM batches, last WHERE batch_id <= last.seen
                 GROUP BY input_id ORDER BY input_id""").fetchall()
+
+    def window_start(self, lookback: dt.timedelta) -> dt.datetime | None:
+        """The earliest time a scheduled scan must read from so that every log with lines
+        the last scan had not seen is looked at against its own clock: its latest time the
+        last scan saw, minus `lookback` (a log new since then: from its first time)."""
+        with self.catalog_connection(read_only=True) as con:
+            return con.execute(f"""{_LAST_SEEN}
+                SELECT min(start) FROM (
+                  SELECT coalesce(max(b.max_ts) FILTER (WHERE b.batch_id <= l.seen) - $lookback,
+                                  min(b.min_ts) FILTER (WHERE b.batch_id > l.seen)) AS start
+                  FROM batches b, last l GROUP BY b.input_id
+                  HAVING count(*) FILTER (WHERE b.batch_id > l.seen) > 0)""",
+                               {"lookback": lookback}).fetchall()[0][0]
 
     def has_unseen_batches(self) -> bool:
         """Whether batches were committed since the last scan kept in the store (by this
@@ -419,10 +440,17 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
         events = f"SELECT * FROM ({events}) WHERE {_at_or_after(since)}"
         if _KEPT.on:
             events = _KEPT.window(con, store, since, files["events"], events)
+    late = _copy_catalog(con, store)
+    if late:
+        # requests whose response was read by a later ingest (a log appended between runs):
+        # their outcome was recorded then, beside the catalog, since Parquet files are
+        # written once; a store without any pays no join
+        events = f"""SELECT e.* REPLACE (coalesce(e.ok, o.ok) AS ok, coalesce(e.error, o.error)
+                       AS error, coalesce(e.latency_ms, o.latency_ms) AS latency_ms)
+                     FROM ({events}) e LEFT JOIN _outcomes o USING (event_id)"""
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
     _DERIVED.pop(con, None)
-    _copy_catalog(con, store)
     con.execute("""CREATE OR REPLACE TEMP VIEW inputs AS
       SELECT display_path AS path, format, compression, sha256, bytes, lines,
              pending_length AS pending_bytes, first_seen, last_read, input_id
@@ -527,21 +555,39 @@ def keep_windows() -> None:
     _KEPT.on = True
 
 
-def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> None:
-    con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM (VALUES (1)) WHERE false")
-    snapshots = sorted((store.root / "findings").glob("inputs-*.parquet"))
-    if not store.catalog.exists() and snapshots:  # a copy: its inputs as its last scan saw them
-        table = pq.read_table(snapshots[-1])
-    elif not store.catalog.exists():
+def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> int:
+    """Copy the catalog's `inputs` and `outcomes` into `con` (`_inputs`, `_outcomes`); a copy
+    of the folders without a catalog has them as its last scan saved them. Returns how many
+    late outcomes there are."""
+    def snapshot(kind: str) -> Path | None:
+        found = sorted((store.root / "findings").glob(f"{kind}-*.parquet"))
+        return found[-1] if found else None
+
+    if store.catalog.exists():
+        with store.catalog_connection(read_only=True) as cat:
+            inputs = cat.sql("SELECT * FROM inputs ORDER BY input_id").to_arrow_table()
+            has = cat.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
+                              "current_database() AND table_name = 'outcomes'").fetchall()[0][0]
+            outcomes = cat.sql("SELECT * FROM outcomes").to_arrow_table() if has else None
+    else:
         with db.connect() as scratch:
             scratch.execute(CATALOG_SCHEMA)
-            table = scratch.sql("SELECT * FROM inputs").to_arrow_table()
-    else:
-        with store.catalog_connection(read_only=True) as cat:
-            table = cat.sql("SELECT * FROM inputs ORDER BY input_id").to_arrow_table()
-    con.register("_inputs_arrow", table)
+            inputs = (pq.read_table(snapshot("inputs")) if snapshot("inputs")
+                      else scratch.sql("SELECT * FROM inputs").to_arrow_table())
+        outcomes = pq.read_table(snapshot("outcomes")) if snapshot("outcomes") else None
+    con.register("_inputs_arrow", inputs)
     con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM _inputs_arrow")
     con.unregister("_inputs_arrow")
+    if outcomes is None or outcomes.num_rows == 0:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _outcomes ({OUTCOME_COLUMNS})")
+        return 0
+    con.register("_outcomes_arrow", outcomes)
+    # a response read twice (a run killed after it recorded them) says the same: one row each
+    con.execute("CREATE OR REPLACE TEMP TABLE _outcomes AS SELECT event_id, any_value(ok) AS ok, "
+                "any_value(error) AS error, any_value(latency_ms) AS latency_ms "
+                "FROM _outcomes_arrow GROUP BY event_id")
+    con.unregister("_outcomes_arrow")
+    return outcomes.num_rows
 
 
 def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:

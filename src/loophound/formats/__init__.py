@@ -23,6 +23,7 @@ def _load() -> dict[str, Format]:
 FORMATS: dict[str, Format] = _load()
 
 SNIFF_LINES = 50
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark some editors put before the first line
 
 
 class UnknownFormat(FormatError):
@@ -41,10 +42,10 @@ def get(name: str) -> Format:
 def sample_records(head: bytes, limit: int = SNIFF_LINES) -> list[dict]:
     """The first parseable JSON objects of a file: what sniffing looks at."""
     records = []
-    for raw in head.split(b"\n")[:limit]:
+    for raw in head.removeprefix(BOM).split(b"\n")[:limit]:
         try:
             value = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting: not a sample
             continue
         if isinstance(value, dict):
             records.append(value)
@@ -55,8 +56,13 @@ def sniff(head: bytes, path: Path) -> Format | None:
     """The first registered format that recognises the file's first lines, or None."""
     records = sample_records(head)
     for fmt in FORMATS.values():
-        if fmt.sniff(records, path):
-            return fmt
+        try:
+            if fmt.sniff(records, path):
+                return fmt
+        except (TypeError, ValueError, AttributeError, KeyError):
+            # a value of a shape the recogniser did not foresee (an `event` that is an
+            # object): not this format's line, and never a crash
+            continue
     return None
 
 

@@ -74,7 +74,9 @@ class Format:
     # keys outside both sets pay for the exact, slower merge.
     known_keys: frozenset[str] = frozenset()
     # Optional step over the mapped batch (table `batch`), e.g. joining responses to requests.
-    # It may read earlier events of the same file through the view `stored_events`.
+    # It may read earlier events of the same file through the view `stored_events`; what it
+    # learns of those (a request's outcome from its response) it adds to `late_outcomes`
+    # (event_id, ok, error, latency_ms), since written events are never rewritten.
     finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], None] | None = None
     # Files that sit beside a log and are read with it (LabTrust results.json).
     companions: Callable[[Path], list[Path]] | None = None
@@ -96,22 +98,43 @@ def struct_spec(fields: dict[str, str]) -> str:
     return sql_str("{" + inner + "}")
 
 
-EPOCH_TS_SQL = """CASE
-  WHEN {v} IS NULL THEN NULL
-  WHEN abs({v}) >= 1e17 THEN make_timestamp(CAST({v} / 1000 AS BIGINT))
-  WHEN abs({v}) >= 1e14 THEN make_timestamp(CAST({v} AS BIGINT))
-  WHEN abs({v}) >= 1e11 THEN make_timestamp(CAST({v} * 1000 AS BIGINT))
-  ELSE make_timestamp(CAST({v} * 1000000 AS BIGINT)) END"""
+# The times a log can mean: 1900-01-01 to 2200-01-01, in microseconds since the epoch. A
+# value outside (1e16 ms, 1e300, NaN, infinity) gives its event no time (counted in ingest's
+# warnings) instead of an error that would fail the mapping of its whole file.
+EARLIEST_US, LATEST_US = -2208988800 * 10**6, 7258118400 * 10**6
+
+_EPOCH_US = """CASE WHEN abs({v}) >= 1e17 THEN {v} / 1000
+  WHEN abs({v}) >= 1e14 THEN {v}
+  WHEN abs({v}) >= 1e11 THEN {v} * 1000
+  ELSE {v} * 1000000 END"""
+
+
+def micros_to_ts(us: str) -> str:
+    """SQL: microseconds since the epoch (a DOUBLE) → TIMESTAMP, NULL when not a time a log
+    can mean (out of range, NaN, infinite)."""
+    return (f"CASE WHEN {us} IS NULL OR isnan({us}) OR isinf({us}) THEN NULL "
+            f"WHEN {us} >= {EARLIEST_US} AND {us} < {LATEST_US} "
+            f"THEN make_timestamp(CAST({us} AS BIGINT)) END")
 
 
 def epoch_to_ts(expr: str) -> str:
     """SQL: a number of seconds, ms, µs or ns since the epoch (told apart by magnitude) → TIMESTAMP."""
-    return "CAST(" + EPOCH_TS_SQL.format(v=f"CAST({expr} AS DOUBLE)") + " AS TIMESTAMP_MS)"
+    v = f"CAST({expr} AS DOUBLE)"
+    return f"CAST({micros_to_ts('(' + _EPOCH_US.format(v=v) + ')')} AS TIMESTAMP_MS)"
+
+
+def epoch_ms_to_ts(expr: str) -> str:
+    """SQL: whole milliseconds since the epoch → TIMESTAMP (NULL when out of range)."""
+    return f"CAST({micros_to_ts(f'(CAST({expr} AS DOUBLE) * 1000)')} AS TIMESTAMP_MS)"
 
 
 def iso_to_ts(expr: str) -> str:
-    """SQL: an ISO-8601 string (any offset, or none meaning UTC) → UTC TIMESTAMP."""
-    return f"CAST(CAST(TRY_CAST({expr} AS TIMESTAMPTZ) AS TIMESTAMP) AS TIMESTAMP_MS)"
+    """SQL: an ISO-8601 string (any offset, or none meaning UTC) → UTC TIMESTAMP (NULL when it
+    is not one, or not a time a log can mean)."""
+    t = f"CAST(TRY_CAST({expr} AS TIMESTAMPTZ) AS TIMESTAMP)"
+    return (f"CAST(CASE WHEN TRY_CAST({expr} AS TIMESTAMPTZ) >= TIMESTAMPTZ '1900-01-01 00:00:00+00' "
+            f"AND TRY_CAST({expr} AS TIMESTAMPTZ) < TIMESTAMPTZ '2200-01-01 00:00:00+00' "
+            f"THEN {t} END AS TIMESTAMP_MS)")
 
 
 def any_time_to_ts(json_expr: str) -> str:

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import duckdb
 
-from .base import Format, FormatContext, FormatProfile, extra_json, json_fields, sql_str, struct_spec
+from .base import (
+    Format,
+    FormatContext,
+    FormatProfile,
+    epoch_ms_to_ts,
+    extra_json,
+    json_fields,
+    sql_str,
+    struct_spec,
+)
 
 FIELDS = {
     "time": "BIGINT", "pid": "BIGINT", "id": "VARCHAR", "action": "VARCHAR",
@@ -29,7 +38,8 @@ EVENTS = {
 
 
 def sniff(records: list[dict], path: Path) -> bool:
-    hits = sum(1 for r in records if r.get("event") in EVENTS and "time" in r)
+    hits = sum(1 for r in records if isinstance(r.get("event"), str) and r["event"] in EVENTS
+               and "time" in r)
     return hits > 0 and hits >= len(records) // 2
 
 
@@ -37,7 +47,7 @@ def select_sql(ctx: FormatContext) -> str:
     kind_cases = " ".join(f"WHEN {sql_str(k)} THEN {sql_str(v)}" for k, v in EVENTS.items())
     return f"""
     SELECT line, byte_offset, byte_length, text,
-      CAST(epoch_ms(r.time) AS TIMESTAMP_MS) AS ts,
+      {epoch_ms_to_ts('r.time')} AS ts,
       CASE r.event {kind_cases} ELSE 'record' END AS kind,
       r.event AS event_type,
       CASE WHEN r.event LIKE 'ws_%' THEN r.ws_client
@@ -77,6 +87,11 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
       FROM (SELECT corr_id, ok, error, latency_ms FROM batch WHERE kind = 'response') q
       WHERE batch.corr_id = q.corr_id AND batch.kind = 'request';
     """)
+    if earlier:  # requests already written: their outcome goes beside them (late_outcomes)
+        con.execute("""INSERT INTO late_outcomes
+            SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
+            FROM _found f JOIN batch r ON r.corr_id = f.corr_id AND r.kind = 'response'
+            GROUP BY f.event_id""")
 
 
 def _find_requests(con: duckdb.DuckDBPyConnection) -> None:

@@ -224,7 +224,7 @@ def head_records(path: Path) -> list[dict]:
         head = read_head(path, HEAD_BYTES)
     except (OSError, EOFError, ValueError):
         return []
-    if len(head) == HEAD_BYTES and b"\n" in head:
+    if len(head) >= HEAD_BYTES and not head.endswith(b"\n") and b"\n" in head:
         head = head[: head.rindex(b"\n")]  # a cut-off last line is not a record
     return sample_records(head, HEAD_RECORDS)
 

@@ -37,7 +37,7 @@ EVENTS = {"hook_fired": "trigger", "session_started": "session_start",
 
 
 def sniff(records: list[dict], path: Path) -> bool:
-    hits = sum(1 for r in records if r.get("event") in EVENTS
+    hits = sum(1 for r in records if isinstance(r.get("event"), str) and r["event"] in EVENTS
                and ("source_agent" in r or "target_agent" in r) and "ts" in r)
     return hits > 0 and hits * 2 > len(records)
 
