@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import numpy as np
 
 from loophound.detect import depth_violation as dv
 from loophound.detect import ping_pong as pp
+from loophound.detect import rate_spike as rs
 from loophound.detect import repair_loop as rl
 from loophound.detect import repeated_error as re_
 from loophound.detect import trigger_cycle as tc
@@ -273,3 +275,90 @@ def test_a_hook_lineage_whose_depth_never_grows_is_stuck():
     assert cyclic.revisits_agents and dv.judge(cyclic, dv.Params()) is Severity.LOW
     assert dv.stuck_lineages(_chain("ABCDEF", depths=[0, 1, 2, 3, 4]), cap=3) == []
     assert dv.stuck_lineages(_chain("ABC"), cap=3) == []
+
+
+# --- rate_spike --------------------------------------------------------------------------------
+
+
+def test_poisson_tail_matches_the_sum_of_the_distribution():
+    lam, x = 3.0, 12
+    exact = 1 - sum(math.exp(-lam) * lam ** k / math.factorial(k) for k in range(x))
+    assert math.isclose(rs.poisson_log10_sf(x, lam), math.log10(exact), rel_tol=1e-9)
+    assert rs.poisson_log10_sf(2, 3.0) == 0.0  # not in the upper tail
+    assert rs.poisson_log10_sf(5, 0.0) == -math.inf
+    assert rs.poisson_log10_sf(0, 3.0) == 0.0
+
+
+def test_metronome_sees_near_equal_gaps_after_the_services_own_delays():
+    steady = np.arange(0, 20 * 500, 500)
+    cad = rs.metronome(steady, None, 0.10, 3, 60_000)
+    assert cad["share_in_runs"] == 1.0 and cad["longest_run_start"] == 0
+    assert cad["longest_run_gap_ms"] == 500.0 and cad["gap_cv"] == 0.0
+    # the same caller, but the service paced every other answer by 400 ms: still a metronome
+    paced = np.cumsum([0] + [900, 500] * 10)
+    delays = np.array([400.0 if i % 2 == 0 else 0.0 for i in range(len(paced))])
+    assert rs.metronome(paced, None, 0.10, 3, 60_000)["equal_runs"] == 0
+    assert rs.metronome(paced, delays, 0.10, 3, 60_000)["share_in_runs"] == 1.0
+    assert rs.metronome(np.array([0, 1]), None, 0.1, 3, 1.0)["gaps"] == 0
+
+
+def test_a_burst_over_a_quiet_baseline_is_one_spike():
+    p = rs.Params()
+    idx = np.arange(200)
+    counts = np.full(200, 2)
+    counts[120:125] = 60
+    [(first, last, lam, scale, z, lp, seg)] = rs.scan_series(idx, counts, p, floor=0.0)
+    assert (first, last, lam) == (120, 124, 2)
+    assert seg == {b: 60 for b in range(120, 125)} and z >= p.z and lp <= math.log10(p.alpha)
+    assert rs.scan_series(idx, np.full(200, 2), p, floor=0.0) == []
+
+
+def _candidate(scope, key, buckets, fmt="bproxy"):
+    return rs.Candidate(fmt, scope, key, 1000, 0, min(buckets), max(buckets), 1.0, 1.0, 10.0,
+                        -10.0, dict(buckets))
+
+
+def test_the_narrowest_series_that_explains_a_spike_keeps_it():
+    session = _candidate("session", "s1", {10: 50, 11: 50})
+    actor = _candidate("actor", "a1", {10: 52, 11: 51})  # the same events, and three more
+    whole = _candidate("log", "bproxy", {10: 100, 11: 100, 12: 100})  # much more than s1
+    other_format = _candidate("actor", "a1", {10: 52, 11: 51}, fmt="sven")
+    # the session explains the actor's spike; another format's events are another spike
+    assert [(k.scope, k.key) for k in rs.keep_spikes([actor, session, other_format])] == [
+        ("session", "s1"), ("actor", "a1")]
+    # the whole log's spike is more than the session's: it is kept, and absorbs it
+    kept = rs.keep_spikes([whole, actor, session, other_format])
+    assert [(k.scope, k.key, k.fmt) for k in kept] == [("actor", "a1", "sven"),
+                                                       ("log", "bproxy", "bproxy")]
+    assert kept[1].includes == ["session s1"]
+
+
+def test_trim_keeps_the_dense_run_and_drops_stragglers():
+    sp = _candidate("session", "s", {5: 10, 6: 10})  # core: 5000 ms to 7000 ms
+    core = list(range(5000, 7000, 100))
+    times = np.array([1000, 3000] + list(range(4500, 5000, 100)) + core + [7000, 7100, 9500])
+    i, j = rs.trim(times, sp, factor=5.0)
+    assert (times[i], times[j]) == (4500, 7100)
+
+
+def _spike(count=600, expected=10.0, duration_s=120, actor_rate=5.0, share=0.0):
+    return rs.Spike(
+        fmt="bproxy", scope="session", series="s", width_ms=10_000, baseline=1.0, scale=1.0,
+        open_z=10.0, open_log10_p=-20.0, buckets=12, includes=[], start=T0,
+        stop=T0 + dt.timedelta(seconds=duration_s), count=count, expected=expected,
+        rate=count / duration_s, log10_p=-50.0, peak_count=100,
+        cadence={"share_in_runs": share, "longest_run": 0, "longest_run_gap_ms": None},
+        actors=["a"], sessions=["s"], targets=[], actor_rate=actor_rate, guard_errors=(),
+        guards=0, guard_error=None, marks=[rs.Mark("first", "f", 1)])
+
+
+def test_rate_spike_severity_needs_size_duration_and_machine_speed_for_high():
+    p = rs.Params()
+    assert rs.judge(_spike(), p) is Severity.HIGH
+    assert rs.judge(_spike(actor_rate=0.5), p) is Severity.MEDIUM  # a person's pace
+    assert rs.judge(_spike(duration_s=30), p) is Severity.MEDIUM  # not sustained
+    small = _spike(count=40, expected=10.0, actor_rate=0.5)
+    assert rs.judge(small, p) is Severity.LOW
+    assert rs.judge(_spike(count=40, expected=10.0, actor_rate=0.5, share=0.9), p) is Severity.MEDIUM
+    f = rs.describe(_spike(), Severity.HIGH, p)
+    assert [e.note for e in f.evidence] == ["first event of the spike"]

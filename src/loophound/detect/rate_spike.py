@@ -34,6 +34,11 @@ polling that backs off, or even steady polling every few seconds therefore never
 a metronome cadence is evidence of a machine, not of a runaway one. Rate spikes
 are often the visible side of a loop another detector names (repeated_error, ping_pong):
 attribution gives those events to the better explanation, and this finding keeps its totals.
+
+measure() finds the candidates (`scan_series` walks one series, `keep_spikes` drops the ones
+another series explains better), refines each on its events (`trim`) and measures it (a
+Spike: counts, rates, baseline, cadence by `metronome`, who took part, the lines to show);
+the kernels are pure. judge() applies the severity rule above; describe() writes.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ import numpy as np
 
 from .. import db
 from ..db import sql_literal
-from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
+from ..vocabulary import Severity
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import profile
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
@@ -99,7 +105,9 @@ class Params:
 
 
 @dataclass
-class _Spike:
+class Candidate:
+    """A run of buckets of one series far above its baseline, before it is refined."""
+
     fmt: str
     scope: str
     key: str
@@ -118,14 +126,14 @@ class _Spike:
     def count(self) -> int:
         return sum(self.buckets.values())
 
-    def overlap(self, other: _Spike) -> int:
+    def overlap(self, other: Candidate) -> int:
         if other.fmt != self.fmt:
             return 0
         return sum(min(n, other.buckets.get(b, 0)) for b, n in self.buckets.items())
 
 
 # ---------------------------------------------------------------------------------------------
-# statistics
+# measure: statistics
 
 
 def poisson_log10_sf(x: float, lam: float) -> float:
@@ -187,10 +195,10 @@ def metronome(times_ms: np.ndarray, delays_ms: np.ndarray | None, tolerance: flo
 
 
 # ---------------------------------------------------------------------------------------------
-# walking the series
+# measure: walking the series
 
 
-def _scan_series(idx: np.ndarray, counts: np.ndarray, p: Params, floor: float) -> list[tuple]:
+def scan_series(idx: np.ndarray, counts: np.ndarray, p: Params, floor: float) -> list[tuple]:
     """Spikes in one series given its non-empty buckets. Long silences are shortened to
     `baseline_buckets` zeros: more zeros would not change the trailing window."""
     gaps = np.diff(idx, prepend=idx[0]) - 1
@@ -299,9 +307,90 @@ def _ts(ms: float) -> dt.datetime:
 
 
 # ---------------------------------------------------------------------------------------------
+# measure: the spikes
 
 
-def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
+@dataclass(frozen=True)
+class Mark:
+    """A line worth showing: `what` it is (first, peak, cadence, last, guard) and where."""
+
+    what: str
+    file: str
+    line: int
+
+
+@dataclass
+class Spike:
+    """A refined spike of one series, with everything that is counted of it."""
+
+    fmt: str
+    scope: str  # session, actor or log
+    series: str  # the session or actor, or the format for the whole log
+    width_ms: int  # bucket width
+    baseline: float  # events per bucket
+    scale: float
+    open_z: float
+    open_log10_p: float
+    buckets: int  # non-empty buckets of the spike
+    includes: list[str]  # narrower spikes it absorbed
+    start: dt.datetime
+    stop: dt.datetime
+    count: int
+    expected: float  # events the baseline accounts for over the spike
+    rate: float  # events per second
+    log10_p: float  # Poisson tail of `count` against `expected`
+    peak_count: int  # events in the busiest bucket
+    cadence: dict  # see `metronome`
+    actors: list[str]  # the main ones (≥ 10% of the events), busiest first
+    sessions: list[str]
+    targets: list[str]
+    actor_rate: float  # the busiest actor's own rate
+    guard_errors: tuple[str, ...]  # the service's rate-guard errors (its format profile)
+    guards: int  # events answered by them
+    guard_error: str | None  # the first of them
+    marks: list[Mark]
+
+    @property
+    def duration_s(self) -> float:
+        return (self.stop - self.start).total_seconds()
+
+    @property
+    def base_per_s(self) -> float:
+        return self.baseline / (self.width_ms / 1000.0)
+
+    @property
+    def excess(self) -> float:
+        return self.count - self.expected
+
+    @property
+    def ratio(self) -> float:
+        return self.rate / self.base_per_s if self.base_per_s > 0 else math.inf
+
+    @property
+    def peak_rate(self) -> float:
+        return self.peak_count / (self.width_ms / 1000.0)
+
+
+def keep_spikes(candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates no better one explains: sessions first, then actors, then the whole log;
+    a candidate whose events the kept ones already hold to COVERED is dropped, and a broader
+    one kept that way absorbs the narrower ones inside it (their names go to `includes`)."""
+    kept: list[Candidate] = []
+    for scope in SCOPES:
+        for sp in sorted((c for c in candidates if c.scope == scope),
+                         key=lambda c: (-c.count(), c.fmt, c.key, c.first_b)):
+            covered = sum(k.overlap(sp) for k in kept)
+            if covered < COVERED * sp.count():
+                # a broader spike that contains narrower ones replaces them: one incident
+                inner = [k for k in kept if k.overlap(sp) >= COVERED * k.count()]
+                if inner:
+                    kept = [k for k in kept if k not in inner]
+                    sp.includes = sorted(f"{k.scope} {k.key}" for k in inner)
+                kept.append(sp)
+    return kept
+
+
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Spike]:
     copies = skip_copies(con)
     kinds = list(UNIT_KINDS)
     spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
@@ -323,7 +412,7 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
     keys = table.column("key").to_pylist()
     b = table.column("b").to_numpy()
     cnt = table.column("n").to_numpy()
-    candidates: list[_Spike] = []
+    candidates: list[Candidate] = []
     start = 0
     n_rows = len(b)
     while start < n_rows:
@@ -337,31 +426,19 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
             continue
         w_ms, origin = width_of[ident[0]]
         floor = p.floor_per_min * w_ms / 60_000.0
-        for first, last, lam, scale, z, lp, seg in _scan_series(idx, counts, p, floor):
-            sp = _Spike(ident[0], ident[1], ident[2], w_ms, origin, first, last, lam, scale, z, lp,
+        for first, last, lam, scale, z, lp, seg in scan_series(idx, counts, p, floor):
+            sp = Candidate(ident[0], ident[1], ident[2], w_ms, origin, first, last, lam, scale, z, lp,
                         seg, copies=copies)
             nb = last - first + 1
             if (sp.count() >= p.min_count and sp.count() - lam * nb >= p.min_excess
                     and sp.count() / (lam * nb) >= p.min_ratio):
                 candidates.append(sp)
 
-    kept: list[_Spike] = []
-    for scope in SCOPES:
-        for sp in sorted((c for c in candidates if c.scope == scope),
-                         key=lambda c: (-c.count(), c.fmt, c.key, c.first_b)):
-            covered = sum(k.overlap(sp) for k in kept)
-            if covered < COVERED * sp.count():
-                # a broader spike that contains narrower ones replaces them: one incident
-                inner = [k for k in kept if k.overlap(sp) >= COVERED * k.count()]
-                if inner:
-                    kept = [k for k in kept if k not in inner]
-                    sp.includes = sorted(f"{k.scope} {k.key}" for k in inner)
-                kept.append(sp)
-    findings = [f for f in (_finding(con, sp, p) for sp in kept) if f is not None]
-    return sorted(findings, key=lambda f: (f.start, f.key))
+    spikes = (_spike(con, sp, p) for sp in keep_spikes(candidates))
+    return [sp for sp in spikes if sp is not None]
 
 
-def _events(con: duckdb.DuckDBPyConnection, sp: _Spike) -> tuple[np.ndarray, np.ndarray]:
+def _events(con: duckdb.DuckDBPyConnection, sp: Candidate) -> tuple[np.ndarray, np.ndarray]:
     """Times (epoch ms) and event ids of the series from one bucket before to one after."""
     lo = sp.origin_ms + (sp.first_b - 1) * sp.width_ms
     hi = sp.origin_ms + (sp.last_b + 2) * sp.width_ms
@@ -374,7 +451,7 @@ def _events(con: duckdb.DuckDBPyConnection, sp: _Spike) -> tuple[np.ndarray, np.
     return t.column("t").to_numpy().astype(np.int64), t.column("event_id").to_numpy()
 
 
-def _own_delays(con: duckdb.DuckDBPyConnection, sp: _Spike, times: np.ndarray,
+def _own_delays(con: duckdb.DuckDBPyConnection, sp: Candidate, times: np.ndarray,
                 ids: np.ndarray) -> np.ndarray:
     """The service's own delay (ms; its format profile's `delay_events`, bproxy `pacing_wait`
     + `error_delay`) before answering each event: the caller could not send its next request
@@ -407,7 +484,7 @@ def _own_delays(con: duckdb.DuckDBPyConnection, sp: _Spike, times: np.ndarray,
     return delays
 
 
-def _trim(times: np.ndarray, sp: _Spike, factor: float) -> tuple[int, int]:
+def trim(times: np.ndarray, sp: Candidate, factor: float) -> tuple[int, int]:
     """Index range [i, j] of the spike's own events: the core buckets, extended into the
     neighbour buckets by the dense run that leads in and out, minus leading and trailing
     stragglers more than `factor` typical gaps apart (the level shift's exact edges)."""
@@ -434,14 +511,15 @@ def _trim(times: np.ndarray, sp: _Spike, factor: float) -> tuple[int, int]:
     return i, j
 
 
-def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding | None:
+def _spike(con: duckdb.DuckDBPyConnection, sp: Candidate, p: Params) -> Spike | None:
+    """The candidate refined on its events and measured; None when the refined spike is no
+    longer large or significant enough."""
     times, ids = _events(con, sp)
     if len(times) == 0:
         return None
-    i, j = _trim(times, sp, p.trim_gap_factor)
+    i, j = trim(times, sp, p.trim_gap_factor)
     t0, t1 = int(times[i]), int(times[j])
     n = j - i + 1
-    duration_s = (t1 - t0) / 1000.0
     base_per_s = sp.baseline / (sp.width_ms / 1000.0)
     rate = n / max((t1 - t0) / 1000.0, sp.width_ms / 1000.0) if n > 1 else 0.0
     expected = base_per_s * max((t1 - t0) / 1000.0, sp.width_ms / 1000.0)
@@ -452,14 +530,11 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
             or seg_lp > math.log10(p.alpha):
         return None
     peak_b = max(sp.buckets, key=lambda k: (sp.buckets[k], -k))
-    peak_rate = sp.buckets[peak_b] / (sp.width_ms / 1000.0)
     k = min(j + 1, i + p.cadence_sample)
     delays = _own_delays(con, sp, times[i:k], ids[i:k])
     cad = metronome(times[i:k], delays, p.metronome_tolerance, p.metronome_run,
                     p.metronome_max_gap_s * 1000)
-    machine_cadence = cad["share_in_runs"] >= p.metronome_share
     start, stop = _ts(t0), _ts(t1)
-    stop_day = "" if stop.date() == start.date() else f" on {stop:%Y-%m-%d}"
 
     cond = SCOPE_COND[sp.scope]
     guard_errors = profile(sp.fmt).rate_guard_errors
@@ -480,71 +555,18 @@ def _finding(con: duckdb.DuckDBPyConnection, sp: _Spike, p: Params) -> Finding |
             per_actor[r[0]] = per_actor.get(r[0], 0) + r[3]
     # one caller's pace: several actors together (or a log written by both ends) are no person
     actor_rate = rate * (max(per_actor.values()) / n if per_actor else 1.0)
-    machine_rate = actor_rate >= p.human_rate_per_s
     if sp.scope == "session":
         sessions = [sp.key] + [s for s in sessions if s != sp.key]
     elif sp.scope == "actor":
         actors = [sp.key] + [a for a in actors if a != sp.key]
-
-    large = ratio >= p.high_ratio and excess >= p.high_excess
-    sustained = duration_s >= p.high_duration_s
-    if large and sustained and machine_rate:
-        severity = "high"
-    elif excess >= p.medium_excess or machine_cadence or machine_rate:
-        severity = "medium"
-    else:
-        severity = "low"
-
-    evidence = _evidence(con, ids, i, j, cad, sp, peak_b, times, guards > 0, sp.fmt)
-    who = {"session": f"session {sp.key}", "actor": f"actor {sp.key}",
-           "log": f"the whole {sp.fmt} log"}[sp.scope]
-    title = (f"{who}: {n:,} events in {human_duration(duration_s)} at {_rate(rate)}, "
-             f"{ratio:,.0f}× its baseline" if math.isfinite(ratio) else
-             f"{who}: {n:,} events in {human_duration(duration_s)} at {_rate(rate)}")
-    pace = []
-    if machine_cadence:
-        pace.append(f"near-constant gaps of ~{cad['longest_run_gap_ms']:.0f} ms "
-                    f"({cad['share_in_runs']:.0%} of gaps in runs of ≥{p.metronome_run} equal "
-                    "gaps): the cadence of a machine loop, not a person")
-    elif machine_rate:
-        pace.append(f"one caller ran at {_rate(actor_rate)}, faster than {p.human_rate_per_s:g}/s, "
-                    "which no person sustains")
-    if guards:
-        pace.append(f"the service's rate guard answered {guards:,} of them "
-                    f"({'/'.join(guard_errors)})")
-    summary = (
-        f"From {start:%Y-%m-%d %H:%M:%S} to {stop:%H:%M:%S}{stop_day} {who} produced {n:,} events "
-        f"({_rate(rate)}, peak {_rate(peak_rate)} in one {sp.width_ms // 1000} s bucket) against a "
-        f"baseline of {_rate(base_per_s)} measured over the {p.baseline_buckets} buckets before: "
-        f"{excess:,.0f} events more than expected (Poisson p ≈ 1e{max(seg_lp, -300):.0f})."
-        + (" " + _sentence("; ".join(pace)) if pace else "")
-        + (f" Mostly {', '.join(actors[:3])}." if sp.scope != "actor" and actors else "")
-    )
-    return Finding(
-        detector="rate_spike",
-        key=f"{sp.fmt}|{sp.scope}|{sp.key}|{start:%Y-%m-%dT%H:%M:%S}",
-        severity=severity, title=title, summary=summary,
-        recommendation=_recommendation(machine_cadence, machine_rate, guards),
-        start=start, end=stop,
-        actors=actors, targets=targets, sessions=sessions,
-        claim_sql=_claim_sql(sp.scope),
-        claim_params=_params(sp.scope, sp.fmt, sp.key, start=start, stop=stop),
-        unit_kinds=UNIT_KINDS,
-        details={
-            "scope": sp.scope, "series": sp.key, "format": sp.fmt,
-            "bucket_s": sp.width_ms / 1000, "baseline_window_buckets": p.baseline_buckets,
-            "baseline_per_bucket": sp.baseline, "baseline_per_s": base_per_s,
-            "baseline_scale": sp.scale, "open_z": sp.open_z, "open_log10_p": sp.open_log10_p,
-            "count": n, "expected": expected, "excess": excess, "duration_s": duration_s,
-            "rate_per_s": rate, "peak_per_s": peak_rate, "ratio": ratio,
-            "log10_p": max(seg_lp, -300.0), "buckets": len(sp.buckets),
-            "cadence": {k: v for k, v in cad.items() if k != "longest_run_start"},
-            "top_actor_rate_per_s": actor_rate,
-            "machine_cadence": machine_cadence, "machine_rate": machine_rate,
-            "guard_responses": guards, "includes": sp.includes,
-        },
-        evidence=[EvidenceLine(**e) for e in evidence],
-    )
+    marks, guard_error = _marks(con, ids, i, j, cad, sp, peak_b, times, guards > 0)
+    return Spike(
+        fmt=sp.fmt, scope=sp.scope, series=sp.key, width_ms=sp.width_ms, baseline=sp.baseline,
+        scale=sp.scale, open_z=sp.open_z, open_log10_p=sp.open_log10_p, buckets=len(sp.buckets),
+        includes=sp.includes, start=start, stop=stop, count=n, expected=expected, rate=rate,
+        log10_p=seg_lp, peak_count=sp.buckets[peak_b], cadence=cad, actors=actors,
+        sessions=sessions, targets=targets, actor_rate=actor_rate, guard_errors=guard_errors,
+        guards=guards, guard_error=guard_error, marks=marks)
 
 
 def _share(rows: list[tuple], col: int, n: int, min_share: float = 0.1, top: int = 5) -> list[str]:
@@ -556,22 +578,23 @@ def _share(rows: list[tuple], col: int, n: int, min_share: float = 0.1, top: int
     return [k for k, v in ranked if v >= min_share * n][:top]
 
 
-def _evidence(con, ids, i, j, cad, sp: _Spike, peak_b, times, guarded: bool, fmt) -> list[dict]:
-    picks: list[tuple[int, str]] = [(int(ids[i]), "first event of the spike")]
+def _marks(con: duckdb.DuckDBPyConnection, ids: np.ndarray, i: int, j: int, cad: dict,
+           sp: Candidate, peak_b: int, times: np.ndarray,
+           guarded: bool) -> tuple[list[Mark], str | None]:
+    """The lines to show (first and last event, where the busiest bucket and the longest
+    metronome run begin, the first rate-guard error), and that error."""
+    picks: list[tuple[int, str]] = [(int(ids[i]), "first")]
     peak_lo = sp.origin_ms + peak_b * sp.width_ms
     k = int(np.searchsorted(times, peak_lo))
     if i < k <= j:
-        picks.append((int(ids[k]), f"busiest bucket begins ({sp.buckets[peak_b]:,} events in "
-                                   f"{sp.width_ms // 1000} s)"))
+        picks.append((int(ids[k]), "peak"))
     if cad["longest_run_start"] is not None and cad["longest_run"] >= 3:
-        picks.append((int(ids[i + cad["longest_run_start"]]),
-                      f"{cad['longest_run'] + 2} events in a row at near-equal gaps of "
-                      f"~{cad['longest_run_gap_ms']:.0f} ms (metronome cadence)"))
-    picks.append((int(ids[j]), "last event of the spike"))
+        picks.append((int(ids[i + cad["longest_run_start"]]), "cadence"))
+    picks.append((int(ids[j]), "last"))
     rows = dict((r[0], (r[1], r[2])) for r in con.execute(
         "SELECT event_id, file, line FROM events WHERE list_contains($ids, event_id)",
         {"ids": [e for e, _ in picks]}).fetchall())
-    out = [{"file": rows[e][0], "line": rows[e][1], "note": note} for e, note in picks if e in rows]
+    out = [Mark(what, *rows[e]) for e, what in picks if e in rows]
     if guarded:
         cond = SCOPE_COND[sp.scope]
         row = con.execute(
@@ -579,24 +602,116 @@ def _evidence(con, ids, i, j, cad, sp: _Spike, peak_b, times, guarded: bool, fmt
                 WHERE list_contains($guards, e.error) AND e.format = $format
                   AND e.ts BETWEEN $start AND $stop AND list_contains($kinds, e.kind) AND {cond}
                 ORDER BY e.ts, e.line LIMIT 1""",
-            _params(sp.scope, fmt, sp.key, guards=list(profile(fmt).rate_guard_errors),
-                    start=_ts(times[i]),
-                    stop=_ts(times[j]))).fetchall()
-        row = row[0] if row else None
+            _params(sp.scope, sp.fmt, sp.key, guards=list(profile(sp.fmt).rate_guard_errors),
+                    start=_ts(times[i]), stop=_ts(times[j]))).fetchall()
         if row:
-            out.append({"file": row[0], "line": row[1],
-                        "note": f"first {row[2]}: the service's own guard saw the same thing"})
-    return out
+            file, line, error = row[0]
+            out.append(Mark("guard", file, line))
+            return out, error
+    return out, None
 
 
-def _recommendation(cadence: bool, machine: bool, guards: int) -> str:
+# ---------------------------------------------------------------------------------------------
+# judge
+
+
+def machine(s: Spike, p: Params) -> tuple[bool, bool]:
+    """(cadence, rate): a `metronome_share` of the gaps in metronome runs is a machine's
+    cadence; the busiest actor above `human_rate_per_s` runs at a machine's speed."""
+    return s.cadence["share_in_runs"] >= p.metronome_share, s.actor_rate >= p.human_rate_per_s
+
+
+def judge(s: Spike, p: Params) -> Severity:
+    machine_cadence, machine_rate = machine(s, p)
+    large = s.ratio >= p.high_ratio and s.excess >= p.high_excess
+    sustained = s.duration_s >= p.high_duration_s
+    if large and sustained and machine_rate:
+        return Severity.HIGH
+    if s.excess >= p.medium_excess or machine_cadence or machine_rate:
+        return Severity.MEDIUM
+    return Severity.LOW
+
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def describe(s: Spike, severity: Severity, p: Params) -> Finding:
+    machine_cadence, machine_rate = machine(s, p)
+    n, rate, ratio, cad = s.count, s.rate, s.ratio, s.cadence
+    start, stop, duration_s = s.start, s.stop, s.duration_s
+    stop_day = "" if stop.date() == start.date() else f" on {stop:%Y-%m-%d}"
+    who = {"session": f"session {s.series}", "actor": f"actor {s.series}",
+           "log": f"the whole {s.fmt} log"}[s.scope]
+    title = (f"{who}: {n:,} events in {human_duration(duration_s)} at {_rate(rate)}, "
+             f"{ratio:,.0f}× its baseline" if math.isfinite(ratio) else
+             f"{who}: {n:,} events in {human_duration(duration_s)} at {_rate(rate)}")
+    pace = []
+    if machine_cadence:
+        pace.append(f"near-constant gaps of ~{cad['longest_run_gap_ms']:.0f} ms "
+                    f"({cad['share_in_runs']:.0%} of gaps in runs of ≥{p.metronome_run} equal "
+                    "gaps): the cadence of a machine loop, not a person")
+    elif machine_rate:
+        pace.append(f"one caller ran at {_rate(s.actor_rate)}, faster than {p.human_rate_per_s:g}/s, "
+                    "which no person sustains")
+    if s.guards:
+        pace.append(f"the service's rate guard answered {s.guards:,} of them "
+                    f"({'/'.join(s.guard_errors)})")
+    summary = (
+        f"From {start:%Y-%m-%d %H:%M:%S} to {stop:%H:%M:%S}{stop_day} {who} produced {n:,} events "
+        f"({_rate(rate)}, peak {_rate(s.peak_rate)} in one {s.width_ms // 1000} s bucket) against a "
+        f"baseline of {_rate(s.base_per_s)} measured over the {p.baseline_buckets} buckets before: "
+        f"{s.excess:,.0f} events more than expected (Poisson p ≈ 1e{max(s.log10_p, -300):.0f})."
+        + (" " + _sentence("; ".join(pace)) if pace else "")
+        + (f" Mostly {', '.join(s.actors[:3])}." if s.scope != "actor" and s.actors else "")
+    )
+    return Finding(
+        detector="rate_spike",
+        key=f"{s.fmt}|{s.scope}|{s.series}|{start:%Y-%m-%dT%H:%M:%S}",
+        severity=severity, title=title, summary=summary,
+        recommendation=_recommendation(machine_cadence, machine_rate, s.guards),
+        start=start, end=stop,
+        actors=s.actors, targets=s.targets, sessions=s.sessions,
+        claim_sql=_claim_sql(s.scope),
+        claim_params=_params(s.scope, s.fmt, s.series, start=start, stop=stop),
+        unit_kinds=UNIT_KINDS,
+        details={
+            "scope": s.scope, "series": s.series, "format": s.fmt,
+            "bucket_s": s.width_ms / 1000, "baseline_window_buckets": p.baseline_buckets,
+            "baseline_per_bucket": s.baseline, "baseline_per_s": s.base_per_s,
+            "baseline_scale": s.scale, "open_z": s.open_z, "open_log10_p": s.open_log10_p,
+            "count": n, "expected": s.expected, "excess": s.excess, "duration_s": duration_s,
+            "rate_per_s": rate, "peak_per_s": s.peak_rate, "ratio": ratio,
+            "log10_p": max(s.log10_p, -300.0), "buckets": s.buckets,
+            "cadence": {k: v for k, v in cad.items() if k != "longest_run_start"},
+            "top_actor_rate_per_s": s.actor_rate,
+            "machine_cadence": machine_cadence, "machine_rate": machine_rate,
+            "guard_responses": s.guards, "includes": s.includes,
+        },
+        evidence=[EvidenceLine(m.file, m.line, _mark_note(m.what, s)) for m in s.marks],
+    )
+
+
+def _mark_note(what: str, s: Spike) -> str:
+    cad = s.cadence
+    if what == "peak":
+        return f"busiest bucket begins ({s.peak_count:,} events in {s.width_ms // 1000} s)"
+    if what == "cadence":
+        return (f"{cad['longest_run'] + 2} events in a row at near-equal gaps of "
+                f"~{cad['longest_run_gap_ms']:.0f} ms (metronome cadence)")
+    if what == "guard":
+        return f"first {s.guard_error}: the service's own guard saw the same thing"
+    return f"{what} event of the spike"  # first, last
+
+
+def _recommendation(cadence: bool, machine_rate: bool, guards: int) -> str:
     text = ("Cap the rate per caller and per session at the service (e.g. 60 a minute, with a "
             "minimum interval) and add a circuit breaker that stops a caller whose rate stays far "
             "above its own baseline")
     if cadence:
         text += ("; requests arrived at a metronome cadence, so the caller is a loop: give it an "
                  "attempt budget and make it exit instead of retrying")
-    elif machine:
+    elif machine_rate:
         text += "; the pace is a machine's: bound the loop that sends them (attempt or time budget)"
     if guards:
         text += "; the service's guard already answered with errors, so make those errors terminal"
@@ -619,7 +734,7 @@ DETECTOR = Detector(
     name="rate_spike",
     description="a session's, actor's or the whole log's event rate far above its own baseline",
     params=Params,
-    run=run,
+    run=staged(measure, judge, describe, order=lambda f: (f.start, f.key)),
     rank=60,
     reads=UNIT_KINDS,
 )
