@@ -13,6 +13,7 @@ from loophound.detect import rate_spike as rs
 from loophound.detect import repair_loop as rl
 from loophound.detect import repeated_error as re_
 from loophound.detect import trigger_cycle as tc
+from loophound.detect import unusual_actor as ua
 from loophound.detect.lineage import Lineage
 from loophound.detect.messages import Spot
 from loophound.vocabulary import Severity
@@ -362,3 +363,71 @@ def test_rate_spike_severity_needs_size_duration_and_machine_speed_for_high():
     assert rs.judge(_spike(count=40, expected=10.0, actor_rate=0.5, share=0.9), p) is Severity.MEDIUM
     f = rs.describe(_spike(), Severity.HIGH, p)
     assert [e.note for e in f.evidence] == ["first event of the spike"]
+
+
+# --- unusual_actor -----------------------------------------------------------------------------
+
+
+def test_group_medians_and_distinct_counts():
+    values = np.array([5, 1, 3, 10, 20, 7, 7])
+    gid = np.array([0, 0, 0, 1, 1, 3, 3])
+    med = ua._group_median(values, gid, 4)
+    assert med[:2].tolist() == [3.0, 15.0] and math.isnan(med[2]) and med[3] == 7.0
+    assert ua._group_distinct(values, gid, 4).tolist() == [3.0, 2.0, 0.0, 1.0]
+
+
+def test_robust_z_scales_by_the_mad_or_when_most_windows_agree_by_the_spread():
+    X = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [4.0, 0.0], [100.0, 1.0]])
+    z, med, scale = ua.robust_z(X)
+    assert med.tolist() == [3.0, 0.0]
+    assert math.isclose(scale[0], 1.4826) and z[4, 0] > 60
+    assert scale[1] == X[:, 1].std() and math.isclose(z[4, 1], 2.5)
+
+
+def _window(who="a", win=0, n=20, rate=1.0, error_share=0.0, repeat_share=0.0, gap_cv=0.5,
+            tokens=0.0, fmt="bproxy"):
+    return {"format": fmt, "who": who, "win": win, "n": n, "rate_per_min": rate,
+            "error_share": error_share, "distinct_errors": 0.0, "distinct_targets": 1.0,
+            "repeat_share": repeat_share, "gap_cv": gap_cv, "tokens_per_event": tokens}
+
+
+def test_the_feature_matrix_fills_missing_values_with_the_median_and_logs_rates():
+    X = ua.feature_matrix([_window(rate=9.999, gap_cv=None), _window(gap_cv=0.2),
+                           _window(gap_cv=0.4, tokens=99.0)])
+    assert math.isclose(X[0, 0], 1.0) and math.isclose(X[0, 5], 0.3)  # median of 0.2, 0.4
+    assert math.isclose(X[2, 6], 2.0)
+
+
+def test_a_window_is_loop_like_only_far_from_the_median_in_a_loop_like_direction():
+    wins = [_window(win=i) for i in range(30)] + [_window(win=30, rate=600.0, gap_cv=0.01)]
+    X = ua.feature_matrix(wins)
+    z, med, _ = ua.robust_z(X)
+    assert ua.loop_like(X[30], z[30], med, 3.0) == ["rate_per_min", "gap_cv"]
+    assert ua.loop_like(X[3], z[3], med, 3.0) == []
+    quiet = ua.feature_matrix(wins[:30] + [_window(win=30, rate=0.001)])
+    zq, mq, _ = ua.robust_z(quiet)
+    assert ua.loop_like(quiet[30], zq[30], mq, 3.0) == []  # slower is not loop-like
+
+
+def test_rule_signals_and_adjacent_windows():
+    p = ua.Params()
+    storm = _window(n=50, rate=600.0, error_share=1.0, repeat_share=0.95, gap_cv=0.05)
+    assert ua.rule_signals(storm, own=1.0, p=p) == ["repeated_error", "metronome", "rate_spike"]
+    assert ua.rule_signals(_window(n=5, gap_cv=0.05), own=1.0, p=p) == []
+    wins = [_window("a", 0), _window("a", 1), _window("a", 3), _window("b", 4), _window("b", 5)]
+    assert ua.adjacent_groups(wins, [0, 1, 2, 3, 4]) == [[0, 1], [2], [3, 4]]
+    assert ua.adjacent_groups(wins, []) == []
+
+
+def test_an_outlier_is_medium_only_when_a_simple_rule_agrees():
+    o = ua.Outlier(
+        fmt="bproxy", who="a", scope="actor", key="a", actor="a", start=T0, stop=T0, windows=1,
+        events=50, window_s=60.0, score=0.7, scores=[0.7], windows_scored=40, top_start=T0,
+        top_events=50, features={f: 1.0 for f in ua.FEATURES},
+        median_window={f: 0.0 for f in ua.FEATURES}, z_scores={f: 5.0 for f in ua.FEATURES},
+        unusual=["rate_per_min"], signals=[], sessions=[], first_event=("f", 3))
+    assert ua.judge(o, ua.Params()) is Severity.LOW
+    o.signals = ["metronome"]
+    assert ua.judge(o, ua.Params()) is Severity.MEDIUM
+    f = ua.describe(o, Severity.MEDIUM, ua.Params())
+    assert f.details["corroborated_by"] == ["metronome"] and f.evidence[0].line == 3

@@ -29,6 +29,11 @@ three simple rule signals itself and says which fired in `details.corroborated_b
 `metronome` (gap CV under 0.1 over ≥ `corroborate_count` events) and `rate_spike` (a window
 rate ≥ 10× the actor's own median window and faster than 1/s). Corroborated windows are medium,
 the rest low; attribution (rank 90, the weakest) hands shared events to the rule findings.
+
+measure() cuts the windows and scores them (the numpy kernels — group medians and distinct
+counts, `feature_matrix`, `robust_z`, `loop_like`, `rule_signals`, `adjacent_groups` — are
+pure) and returns one Outlier per group of adjacent unusual windows; judge() is the rule
+above; describe() writes.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ import duckdb
 import numpy as np
 
 from .. import db
-from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param
+from ..vocabulary import Severity
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
@@ -87,6 +93,10 @@ SCOPE_COND = {"actor": "e.actor = $key", "session": "e.actor IS NULL AND e.sessi
 def _claim_sql(scope: str) -> str:
     return claim_units(
         f"list_contains($kinds, e.kind) AND e.format = $format AND {SCOPE_COND[scope]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# measure
 
 
 def robust_z(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -223,14 +233,11 @@ def _ts(ms: int) -> dt.datetime:
     return EPOCH + dt.timedelta(milliseconds=ms)
 
 
-def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
-    copies = skip_copies(con)
-    wins, width_of = windows(con, p, copies)
-    if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
-        return []
-
+def feature_matrix(wins: list[dict]) -> np.ndarray:
+    """The windows' FEATURES as a matrix the forest can score: a missing value is the column's
+    median (a window without gaps to measure has the median regularity, not an outlier), and
+    rates and tokens, which span orders of magnitude, are on a log scale."""
     X = np.array([[w[f] if w[f] is not None else math.nan for f in FEATURES] for w in wins], float)
-    # a window without gaps to measure gets the median regularity, not an outlier
     for c in range(X.shape[1]):
         col = X[:, c]
         if np.isnan(col).any():
@@ -238,11 +245,94 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
             col[np.isnan(col)] = fill
     X[:, 0] = np.log10(X[:, 0] + 1e-3)  # rates span orders of magnitude
     X[:, 6] = np.log10(X[:, 6] + 1.0)
+    return X
+
+
+def adjacent_groups(wins: list[dict], flagged: list[int]) -> list[list[int]]:
+    """Flagged windows (indices, in window order) merged while they are one actor's
+    consecutive windows."""
+    groups: list[list[int]] = []
+    for i in flagged:
+        w = wins[i]
+        if groups:
+            prev = wins[groups[-1][-1]]
+            if (prev["format"], prev["who"]) == (w["format"], w["who"]) and w["win"] - prev["win"] <= 1:
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+# how far past the median window a feature must also be, in its own units (after the log
+# transform for rates and tokens), so that 2 targets against 1 is not "unusual"
+MIN_DEVIATION = {"rate_per_min": 0.5, "error_share": 0.3, "distinct_errors": 2.0,
+                 "distinct_targets": 3.0, "repeat_share": 0.3, "gap_cv": 0.2,
+                 "tokens_per_event": 0.3}
+
+
+def loop_like(row: np.ndarray, zrow: np.ndarray, med: np.ndarray, min_z: float) -> list[str]:
+    """The features on which a window deviates from the median window in a loop-like way."""
+    out = []
+    for c, f in enumerate(FEATURES):
+        d, dev = DIRECTION[f], row[c] - med[c]
+        if d >= 0 and zrow[c] >= min_z and dev >= MIN_DEVIATION[f]:
+            out.append(f)
+        elif d <= 0 and zrow[c] <= -min_z and -dev >= MIN_DEVIATION[f]:
+            out.append(f)
+    return out
+
+
+def rule_signals(w: dict, own: float, p: Params) -> list[str]:
+    """The simple rules a window also trips (`own`: the actor's median window rate)."""
+    out = []
+    if w["n"] >= p.corroborate_count and w["error_share"] >= 0.9 and w["repeat_share"] >= 0.9:
+        out.append("repeated_error")
+    if w["n"] >= p.corroborate_count and w["gap_cv"] is not None and w["gap_cv"] < 0.1:
+        out.append("metronome")
+    if own > 0 and w["rate_per_min"] >= 10 * own and w["rate_per_min"] >= 60:
+        out.append("rate_spike")
+    return out
+
+
+@dataclass
+class Outlier:
+    """Adjacent unusual windows of one actor (or session, when the log names no actor)."""
+
+    fmt: str
+    who: str
+    scope: str  # actor or session
+    key: str  # the actor, or the session
+    actor: str | None
+    start: dt.datetime
+    stop: dt.datetime
+    windows: int
+    events: int
+    window_s: float
+    score: float  # of the most unusual window
+    scores: list[float]
+    windows_scored: int  # all windows of the log
+    top_start: dt.datetime  # the most unusual window's
+    top_events: int
+    features: dict[str, float | None]  # of the most unusual window
+    median_window: dict[str, float]
+    z_scores: dict[str, float]
+    unusual: list[str]  # its loop-like features, most deviant first (at most 4)
+    signals: list[str]  # the simple rules that agree (see rule_signals)
+    sessions: list[str]  # at most five
+    first_event: tuple[str, int] | None  # the most unusual window's first line
+
+
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
+    copies = skip_copies(con)
+    wins, width_of = windows(con, p, copies)
+    if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
+        return []
+    X = feature_matrix(wins)
     z, med, _ = robust_z(X)
     # a window is flagged only if it is also loop-like; when none is, no score can change
     # that, and the forest (and the seconds scikit-learn takes to import) is not needed: a
     # log that is one long storm has the storm as its median window
-    candidates = [i for i in range(len(wins)) if _loop_like(X[i], z[i], med, p.min_z)]
+    candidates = [i for i in range(len(wins)) if loop_like(X[i], z[i], med, p.min_z)]
     if not candidates:
         return []
 
@@ -260,51 +350,12 @@ def run(con: duckdb.DuckDBPyConnection, p: Params) -> list[Finding]:
     for w in wins:
         rates.setdefault((w["format"], w["who"]), []).append(w["rate_per_min"])
     own_rate = {k: float(np.median(v)) for k, v in rates.items()}
-    groups: list[list[int]] = []
-    for i in flagged:
-        w = wins[i]
-        if groups:
-            prev = wins[groups[-1][-1]]
-            if (prev["format"], prev["who"]) == (w["format"], w["who"]) and w["win"] - prev["win"] <= 1:
-                groups[-1].append(i)
-                continue
-        groups.append([i])
-    findings = [_finding(con, wins, g, scores, X, z, med, own_rate, width_of, p) for g in groups]
-    return sorted(findings, key=lambda f: (f.start, f.key))
+    return [_outlier(con, wins, g, scores, X, z, med, own_rate, width_of, p)
+            for g in adjacent_groups(wins, flagged)]
 
 
-# how far past the median window a feature must also be, in its own units (after the log
-# transform for rates and tokens), so that 2 targets against 1 is not "unusual"
-MIN_DEVIATION = {"rate_per_min": 0.5, "error_share": 0.3, "distinct_errors": 2.0,
-                 "distinct_targets": 3.0, "repeat_share": 0.3, "gap_cv": 0.2,
-                 "tokens_per_event": 0.3}
-
-
-def _loop_like(row: np.ndarray, zrow: np.ndarray, med: np.ndarray, min_z: float) -> list[str]:
-    """The features on which a window deviates from the median window in a loop-like way."""
-    out = []
-    for c, f in enumerate(FEATURES):
-        d, dev = DIRECTION[f], row[c] - med[c]
-        if d >= 0 and zrow[c] >= min_z and dev >= MIN_DEVIATION[f]:
-            out.append(f)
-        elif d <= 0 and zrow[c] <= -min_z and -dev >= MIN_DEVIATION[f]:
-            out.append(f)
-    return out
-
-
-def _signals(w: dict, own: float, p: Params) -> list[str]:
-    out = []
-    if w["n"] >= p.corroborate_count and w["error_share"] >= 0.9 and w["repeat_share"] >= 0.9:
-        out.append("repeated_error")
-    if w["n"] >= p.corroborate_count and w["gap_cv"] is not None and w["gap_cv"] < 0.1:
-        out.append("metronome")
-    if own > 0 and w["rate_per_min"] >= 10 * own and w["rate_per_min"] >= 60:
-        out.append("rate_spike")
-    return out
-
-
-def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate, width_of,
-             p: Params) -> Finding:
+def _outlier(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate, width_of,
+             p: Params) -> Outlier:
     ws = [wins[i] for i in group]
     best = max(group, key=lambda i: (scores[i], -i))
     top = wins[best]
@@ -312,69 +363,87 @@ def _finding(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own
     scope = "actor" if top["actor"] is not None else "session"
     key_value = top["actor"] if scope == "actor" else top["session"]
     start, stop = min(w["start"] for w in ws), max(w["stop"] for w in ws)
-    n = sum(w["n"] for w in ws)
     zs = {f: float(z[best, c]) for c, f in enumerate(FEATURES)}
-    raw = {f: top[f] for f in FEATURES}
     median = {f: float(10 ** med[c] - 1e-3) if f == "rate_per_min" else
               float(10 ** med[c] - 1.0) if f == "tokens_per_event" else float(med[c])
               for c, f in enumerate(FEATURES)}
-    loop_like = _loop_like(X[best], z[best], med, p.min_z)
-    unusual = sorted(loop_like, key=lambda f: (-abs(zs[f]), f))[:4]
-    signals = sorted({s for w in ws for s in _signals(w, own_rate[(fmt, who)], p)})
-    severity = "medium" if signals else "low"
+    unusual = sorted(loop_like(X[best], z[best], med, p.min_z), key=lambda f: (-abs(zs[f]), f))[:4]
+    sessions = [r[0] for r in con.execute(
+        f"SELECT DISTINCT e.session FROM events e WHERE list_contains($kinds, e.kind) "
+        f"AND e.format = $format AND e.ts BETWEEN $start AND $stop AND {SCOPE_COND[scope]} "
+        f"AND e.session IS NOT NULL ORDER BY 1 LIMIT 5", _claim_params(fmt, start, stop, key_value)
+    ).fetchall()]
+    first = con.execute("SELECT file, line FROM events WHERE event_id = ?",
+                        [top["first_event"]]).fetchall()
+    return Outlier(
+        fmt=fmt, who=who, scope=scope, key=key_value, actor=top["actor"], start=start, stop=stop,
+        windows=len(ws), events=sum(w["n"] for w in ws), window_s=width_of[fmt] / 1000,
+        score=float(scores[best]), scores=[float(scores[i]) for i in group],
+        windows_scored=len(wins), top_start=top["start"], top_events=top["n"],
+        features={f: top[f] for f in FEATURES}, median_window=median, z_scores=zs,
+        unusual=unusual,
+        signals=sorted({s for w in ws for s in rule_signals(w, own_rate[(fmt, who)], p)}),
+        sessions=sessions, first_event=(first[0][0], first[0][1]) if first else None)
+
+
+def _claim_params(fmt: str, start: dt.datetime, stop: dt.datetime, key: str) -> dict:
+    return {"kinds": list(UNIT_KINDS), "format": fmt, "start": start, "stop": stop, "key": key}
+
+
+# ---------------------------------------------------------------------------------------------
+# judge
+
+
+def judge(o: Outlier, p: Params) -> Severity:
+    """An outlier is a lead, not a verdict: medium when a simple rule agrees, else low."""
+    return Severity.MEDIUM if o.signals else Severity.LOW
+
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def describe(o: Outlier, severity: Severity, p: Params) -> Finding:
+    unusual, raw, median, zs = o.unusual, o.features, o.median_window, o.z_scores
     explain = ", ".join(f"{f.replace('_', ' ')} {_fmt(raw[f])} (median window {_fmt(median[f])}, "
                         f"z {zs[f]:+.1f})" for f in unusual)
-    width_s = width_of[fmt] / 1000
-    title = (f"{who} behaved unlike the rest of the log for {len(ws)} window(s) of "
-             f"{human_duration(width_s)}: {', '.join(f.replace('_', ' ') for f in unusual[:2])}")
+    title = (f"{o.who} behaved unlike the rest of the log for {o.windows} window(s) of "
+             f"{human_duration(o.window_s)}: {', '.join(f.replace('_', ' ') for f in unusual[:2])}")
     summary = (
-        f"IsolationForest scored {who}'s busiest-scoring window ({top['start']:%Y-%m-%d %H:%M:%S}, "
-        f"{top['n']:,} events) {scores[best]:.2f} against {len(wins):,} windows of the log "
+        f"IsolationForest scored {o.who}'s busiest-scoring window ({o.top_start:%Y-%m-%d %H:%M:%S}, "
+        f"{o.top_events:,} events) {o.score:.2f} against {o.windows_scored:,} windows of the log "
         f"(threshold {p.score_threshold:g}): {explain}. "
-        + (f"Simple rules agree ({', '.join(signals)}), so look at it first." if signals else
+        + (f"Simple rules agree ({', '.join(o.signals)}), so look at it first." if o.signals else
            "No simple rule agrees: an outlier worth a look, not a loop by itself.")
     )
-    params = {"kinds": list(UNIT_KINDS), "format": fmt, "start": start, "stop": stop,
-              "key": key_value}
+    evidence = [EvidenceLine(*o.first_event,
+                             f"first event of the most unusual window (score {o.score:.2f}; "
+                             f"{', '.join(f.replace('_', ' ') for f in unusual)})")
+                ] if o.first_event else []
     return Finding(
         detector="unusual_actor",
-        key=f"{fmt}|{who}|{start:%Y-%m-%dT%H:%M:%S}",
+        key=f"{o.fmt}|{o.who}|{o.start:%Y-%m-%dT%H:%M:%S}",
         severity=severity, title=title, summary=summary,
         recommendation=(
             "Read the windows' events before acting: if they are a loop, cap the actor's rate "
             "and add a circuit breaker on repeated identical actions or errors; if they are "
             "legitimate (a batch job, a new workload), raise `unusual_actor.score_threshold` "
             "or exclude the actor."),
-        start=start, end=stop,
-        actors=[top["actor"]] if top["actor"] else [],
+        start=o.start, end=o.stop,
+        actors=[o.actor] if o.actor else [],
         targets=[],
-        sessions=[r[0] for r in con.execute(
-            f"SELECT DISTINCT e.session FROM events e WHERE list_contains($kinds, e.kind) "
-            f"AND e.format = $format AND e.ts BETWEEN $start AND $stop AND {SCOPE_COND[scope]} "
-            f"AND e.session IS NOT NULL ORDER BY 1 LIMIT 5", params).fetchall()],
-        claim_sql=_claim_sql(scope), claim_params=params,
+        sessions=o.sessions,
+        claim_sql=_claim_sql(o.scope), claim_params=_claim_params(o.fmt, o.start, o.stop, o.key),
         unit_kinds=UNIT_KINDS,
         details={
-            "format": fmt, "who": who, "window_s": width_s, "windows": len(ws), "events": n,
-            "score": float(scores[best]), "scores": [float(scores[i]) for i in group],
-            "score_threshold": p.score_threshold, "windows_scored": len(wins),
+            "format": o.fmt, "who": o.who, "window_s": o.window_s, "windows": o.windows,
+            "events": o.events, "score": o.score, "scores": o.scores,
+            "score_threshold": p.score_threshold, "windows_scored": o.windows_scored,
             "features": raw, "median_window": median, "z_scores": zs,
-            "unusual_features": unusual, "corroborated_by": signals,
+            "unusual_features": unusual, "corroborated_by": o.signals,
         },
-        evidence=_evidence(con, top, scores[best], unusual),
+        evidence=evidence,
     )
-
-
-def _evidence(con: duckdb.DuckDBPyConnection, top: dict, score: float,
-              unusual: list[str]) -> list[EvidenceLine]:
-    row = con.execute("SELECT file, line FROM events WHERE event_id = ?",
-                      [top["first_event"]]).fetchall()
-    row = row[0] if row else None
-    if not row:
-        return []
-    return [EvidenceLine(row[0], row[1],
-                         f"first event of the most unusual window (score {score:.2f}; "
-                         f"{', '.join(f.replace('_', ' ') for f in unusual)})")]
 
 
 def _fmt(v) -> str:
@@ -390,7 +459,7 @@ DETECTOR = Detector(
     description="an actor whose behaviour in a time window is unlike the rest of the log "
                 "(IsolationForest; at most medium)",
     params=Params,
-    run=run,
+    run=staged(measure, judge, describe, order=lambda f: (f.start, f.key)),
     rank=90,
     max_severity="medium",
     reads=UNIT_KINDS,
