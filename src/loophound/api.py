@@ -253,20 +253,28 @@ class Verdict:
     path: str
     bytes: int
     sha256: str
-    verdict: str  # same, changed, gone (inputs); readable, unreadable (a copy's files)
+    # same, changed, gone (inputs, and the store's committed files); no hash recorded (a store
+    # file committed before hashes were recorded); readable, unreadable (a copy's files)
+    verdict: str
+
+    @property
+    def ok(self) -> bool:
+        """Nothing wrong: the same bytes, or nothing recorded to compare with."""
+        return self.verdict in ("same", "no hash recorded", "readable")
 
 
 def verify(store: PathLike | Store = DEFAULT_STORE) -> list[Verdict]:
-    """Re-hash every input and compare with the SHA-256 recorded when it was read. A copy
-    without a catalog has no record to compare with: each of its Parquet files is read whole
-    and hashed, so the verdict says whether it is readable and the hash can be compared with
-    the original's."""
-    from .ingest import verify_inputs, verify_parquet_files
+    """Re-hash every input and compare with the SHA-256 recorded when it was read, then every
+    Parquet file the catalog lists (each batch's, each saved run's) with the SHA-256 recorded
+    when it was committed. A copy without a catalog has no record to compare with: each of its
+    Parquet files is read whole and hashed, so the verdict says whether it is readable and the
+    hash can be compared with the original's."""
+    from .ingest import verify_inputs, verify_parquet_files, verify_store_files
 
     s = _existing(store)
     if s.is_bare:
         return [Verdict(*row) for row in verify_parquet_files(s)]
-    return [Verdict(*row) for row in verify_inputs(s)]
+    return [Verdict(*row) for row in (*verify_inputs(s), *verify_store_files(s))]
 
 
 __all__ = ["Evidence", "Investigation", "ReportResult", "Verdict", "cost_model", "ingest",

@@ -113,10 +113,12 @@ def formats_cmd() -> None:
 
 @app.command("verify")
 def verify_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
-    """Re-hash every input and compare with the SHA-256 recorded when it was read.
+    """Re-hash every input, and every file of the store, and compare with the SHA-256 recorded.
 
     Scheduled scans check only the first and last 4 KiB of what they read before; this reads
-    it all. Exit status 1 when a file changed, or is gone, since it was read. A copy of a
+    it all: each input against the hash recorded when it was read, then each Parquet file the
+    catalog lists (events, quarantine, saved runs) against the hash recorded when it was
+    committed. Exit status 1 when a file changed, or is gone. A copy of a
     store's Parquet folders (no catalog) has nothing recorded to compare with: each of its
     files is read whole and hashed, and any unreadable one gives status 1.
 
@@ -128,11 +130,11 @@ def verify_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
         verdicts = api.verify(store)
     table = Table(show_edge=False, header_style="bold")
     bare = Store(store).is_bare
-    for col in ("file" if bare else "input", "bytes", "sha256", "verdict"):
+    for col in ("file", "bytes", "sha256", "verdict"):
         table.add_column(col, overflow="fold")
     bad = 0
     for v in verdicts:
-        bad += v.verdict not in ("same", "readable")
+        bad += not v.ok
         table.add_row(escape(v.path), f"{v.bytes:,}", v.sha256[:16] + "…", escape(v.verdict))
     out.print(table)
     if bare:

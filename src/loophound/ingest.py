@@ -926,7 +926,9 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             events: int, replace: bool = False, sha_state: bytes | None = None,
             tail: bytes = b"", ts_range: tuple = (None, None)) -> None:
     """Write the quarantine's Parquet file, then make the batch visible in one catalog
-    transaction: until it commits, the batch's files are orphans the next run deletes."""
+    transaction: until it commits, the batch's files are orphans the next run deletes. The
+    catalog records each file's SHA-256 as it was written (`verify` re-hashes them), and the
+    files become read-only on disk (`Store.seal`)."""
     ev_rel, qu_rel = events_file, None
     if rejected:
         qu_rel = f"quarantine/{input_id:05d}-{batch_id:07d}.parquet"
@@ -939,6 +941,7 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
         target = db.sql_literal(str(store.root / qu_rel))
         cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
         con.execute(f"COPY (SELECT {cast} FROM _q ORDER BY line) TO {target} (FORMAT parquet)")
+    sealed = store.seal(*(rel for rel in (ev_rel, qu_rel) if rel))
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     head_len = min(HEAD_LEN, len(head_bytes))
     pending = state.partial
@@ -970,9 +973,11 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
             cat.execute(
                 "INSERT INTO batches (batch_id, input_id, events_file, quarantine_file, "
                 "first_offset, end_offset, first_line, end_line, events, quarantined, sha256, "
-                "committed, min_ts, max_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "committed, min_ts, max_ts, events_sha256, quarantine_sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [batch_id, input_id, ev_rel, qu_rel, first_offset, state.next_offset,
-                 0, state.next_line, events, len(rejected), range_sha, now, *ts_range],
+                 0, state.next_line, events, len(rejected), range_sha, now, *ts_range,
+                 sealed.get(ev_rel), sealed.get(qu_rel)],
             )
         cat.execute("COMMIT")
         cache = _cache(store)
@@ -1013,6 +1018,50 @@ def verify_inputs(store: Store) -> list[tuple[str, int, str, str]]:
         except (OSError, EOFError):
             verdict = "gone"
         out.append((path, nbytes, sha, verdict))
+    return out
+
+
+def verify_store_files(store: Store) -> list[tuple[str, int, str, str]]:
+    """(path, bytes, SHA-256, verdict) for every file the catalog lists as committed (each
+    batch's events and quarantine, each saved run's files): re-hashed and compared with the
+    SHA-256 recorded when it was committed: `same`, `changed`, `gone`, or `no hash recorded`
+    (committed by a version that did not record it: not a failure). The hash shown is the
+    recorded one, or the file's own when none was."""
+    with store.catalog_connection(read_only=True) as con:
+        have = {r[0] for r in con.execute(  # a store written before the hashes were recorded
+            "SELECT table_name || '.' || column_name FROM duckdb_columns() "
+            "WHERE database_name = current_database()").fetchall()}
+
+        def hashed(column: str) -> str:
+            return column if f"batches.{column}" in have else "CAST(NULL AS VARCHAR)"
+
+        rows = con.execute(
+            f"SELECT events_file, {hashed('events_sha256')} FROM batches "
+            "WHERE events_file IS NOT NULL UNION ALL "
+            f"SELECT quarantine_file, {hashed('quarantine_sha256')} FROM batches "
+            "WHERE quarantine_file IS NOT NULL").fetchall()
+        run_files = sorted(c.split(".", 1)[1] for c in have
+                           if c.startswith("findings_runs.") and c.endswith("_file"))
+        if run_files:
+            sealed = "sealed_files.file" in have
+            listed = " UNION ALL ".join(f"SELECT {c} AS file FROM findings_runs" for c in run_files)
+            rows += con.execute(
+                f"SELECT f.file, {'s.sha256' if sealed else 'CAST(NULL AS VARCHAR)'} "
+                f"FROM ({listed}) f "
+                f"{'LEFT JOIN sealed_files s USING (file)' if sealed else ''} "
+                "WHERE f.file IS NOT NULL").fetchall()
+    out = []
+    for rel, recorded in sorted(set(rows)):
+        path = store.root / rel
+        try:
+            with open(path, "rb") as fh:
+                now = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError:
+            out.append((str(path), 0, recorded or "", "gone"))
+            continue
+        verdict = ("no hash recorded" if recorded is None
+                   else "same" if now == recorded else "changed")
+        out.append((str(path), path.stat().st_size, recorded or now, verdict))
     return out
 
 

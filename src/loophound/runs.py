@@ -140,6 +140,7 @@ def save_in_store(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
                              not scheduled, seen,
                              intend=lambda *names: store.intend(*(f"findings/{n}" for n in names)))
         rel = {k: f"findings/{v}" for k, v in files.items()}
+        store.seal(*rel.values(), record=True)  # hashed for `verify`, and read-only on disk
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.catalog_connection() as cat:
             cat.execute("INSERT INTO findings_runs (run_id, started, findings_file, "

@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import errno
 import fcntl
+import hashlib
 import os
 import time
 import weakref
@@ -74,6 +75,12 @@ CREATE TABLE IF NOT EXISTS batches (
 );
 ALTER TABLE batches ADD COLUMN IF NOT EXISTS min_ts TIMESTAMP;
 ALTER TABLE batches ADD COLUMN IF NOT EXISTS max_ts TIMESTAMP;
+-- SHA-256 of the batch's Parquet files as committed: `verify` re-hashes them (NULL: committed
+-- by a version that did not record them)
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS events_sha256 VARCHAR;
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS quarantine_sha256 VARCHAR;
+-- SHA-256 of a saved run's files as written (`Store.seal`), for `verify` likewise
+CREATE TABLE IF NOT EXISTS sealed_files (file VARCHAR PRIMARY KEY, sha256 VARCHAR);
 CREATE TABLE IF NOT EXISTS findings_runs (
   run_id INTEGER PRIMARY KEY,
   started TIMESTAMP,
@@ -247,6 +254,27 @@ class Store:
             fh.writelines(r + "\n" for r in relative)
             fh.flush()
             os.fsync(fh.fileno())
+
+    def seal(self, *relative: str, record: bool = False) -> dict[str, str]:
+        """The SHA-256 of each of these files of the store (paths relative to it), just written
+        and about to be committed; each is made read-only on disk (write permission removed):
+        a committed file is never written again, so a write that got past the SQL sandbox's
+        check fails on it (for any user but root). With `record`, the hashes go into the
+        catalog's `sealed_files` now (files not committed by the caller's own transaction: a
+        saved run's); otherwise the caller records them as it commits (a batch's). `loophound
+        verify` re-hashes every file so recorded."""
+        sealed = {}
+        for rel in relative:
+            path = self.root / rel
+            with open(path, "rb") as fh:
+                sealed[rel] = hashlib.file_digest(fh, "sha256").hexdigest()
+            with contextlib.suppress(OSError):
+                os.chmod(path, path.stat().st_mode & ~0o222)
+        if record and sealed:
+            with self.catalog_connection() as con:
+                con.executemany("INSERT OR REPLACE INTO sealed_files VALUES (?, ?)",
+                                list(sealed.items()))
+        return sealed
 
     def _remove_orphans(self) -> None:
         """Files a killed writer recorded as in progress (`intend`) but never committed are
