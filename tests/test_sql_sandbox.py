@@ -1,12 +1,16 @@
-"""The store's files against tampering (issue "Hostile input and faults", the security class).
+"""Hostile input against the SQL sandbox and the store's files (issue "Hostile input and
+faults", the security class).
 
-Every committed file's SHA-256 is recorded, so `verify` notices one that changed; and a
-committed file is read-only on disk.
+Statements that try to write (most of them hidden behind an EXPLAIN and comments) go through
+`loophound sql`, `loophound shell` and `loophound query`: each is refused with exit status 2
+and a message that says so, no file of the store changes by a byte, and `verify` still
+passes. `verify` itself notices a committed file that changed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from loophound import queries
 from loophound.cli import app
+from loophound.queries import ReadOnlyViolation
+from loophound.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "sample_logs" / "hooks" / "hooks.jsonl"
@@ -46,6 +53,143 @@ def events_file(root: Path) -> Path:
     return sorted((root / "events").glob("*.parquet"))[0]
 
 
+# --- statements that must not run ---------------------------------------------------------------
+
+COPY = "COPY (SELECT 1 AS x) TO '{target}' (FORMAT parquet, USE_TMP_FILE false)"
+
+# Each of these got past the check before it relied on DuckDB's parser, and the COPY overwrote
+# a committed events file (8,982 events became 5,216 in the sample store).
+SLIPPED_PAST = [
+    "EXPLAIN (ANALYZE /* ) SELECT 1 -- */) " + COPY,
+    "EXPLAIN (ANALYZE, FORMAT json /* ) SELECT 1 -- */) " + COPY,
+    "EXPLAIN (ANALYZE /* ) SELECT 1 /* nested */ -- */) " + COPY,
+    "EXPLAIN (FORMAT json, ANALYZE /* ) FROM events -- */) " + COPY,
+]
+
+REFUSED = SLIPPED_PAST + [
+    "EXPLAIN ANALYZE " + COPY,
+    "EXPLAIN (ANALYZE) " + COPY,
+    "EXPLAIN (ANALYZE, FORMAT json) " + COPY,
+    "EXPLAIN /* SELECT */ (ANALYZE) " + COPY,
+    "EXPLAIN (ANALYZE) /* ) */ " + COPY,
+    "EXPLAIN (ANALYZE -- ) SELECT 1 /*\n) " + COPY,
+    "/* SELECT 1; */ EXPLAIN ANALYZE " + COPY,
+    "EXPLAIN " + COPY,
+    "EXPLAIN ANALYZE PRAGMA enable_profiling",
+    "EXPLAIN (ANALYZE) CREATE TABLE t AS SELECT 1",
+    COPY,
+    "COPY events TO '{target}' (FORMAT parquet)",
+    "SELECT 1; " + COPY,
+    "EXPLAIN ANALYZE SELECT 1; " + COPY,
+    "PRAGMA enable_profiling",
+    "PRAGMA \"enable_profiling\"",
+    "/* PRAGMA table_info */ PRAGMA enable_profiling",
+    "PRAGMA table_info('events'); PRAGMA enable_profiling",
+    "CALL pragma_table_info('events')",
+    "CHECKPOINT",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "RESET lock_configuration",
+    "ATTACH '{store}/catalog.duckdb' AS cat",
+    "ATTACH '{store}/other.duckdb' AS other",
+    "DETACH memory",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "EXPORT DATABASE '{store}/export'",
+    "CREATE TABLE t AS SELECT * FROM events",
+    "CREATE OR REPLACE TEMP VIEW events AS SELECT 1 AS x",
+    "CREATE MACRO m() AS 1",
+    "DROP VIEW events",
+    "INSERT INTO _inputs SELECT * FROM _inputs",
+    "UPDATE _inputs SET lines = 0",
+    "DELETE FROM _inputs",
+    "WITH a AS (SELECT 1) COPY (SELECT * FROM a) TO '{target}'",
+    "SELECT * FROM query('COPY (SELECT 1) TO ''{target}''')",
+    "SELECT * FROM read_text('{catalog}')",
+    "PIVOT events ON kind USING count(*)",
+]
+
+
+def _statement(template: str, root: Path) -> str:
+    return template.format(target=events_file(root), store=root, catalog=root / "catalog.duckdb")
+
+
+@pytest.mark.parametrize("template", REFUSED)
+def test_sql_refuses_and_no_byte_of_the_store_changes(store, template):
+    before = tree_digest(store)
+    result = run("sql", _statement(template, store), "--store", store)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.output
+    assert any(word in result.stderr for word in (
+        "refused", "Parser Error", "disabled by configuration", "single SELECT")), result.stderr
+    assert tree_digest(store) == before
+    assert run("verify", "--store", store).exit_code == 0
+
+
+@pytest.mark.parametrize("template", SLIPPED_PAST)
+def test_the_explain_disguises_are_refused_by_name(template, store):
+    with pytest.raises(ReadOnlyViolation, match="EXPLAIN of anything but a query"):
+        queries.check_read_only(_statement(template, store))
+
+
+def test_the_shell_refuses_each_and_keeps_the_store(store):
+    before = tree_digest(store)
+    attempts = [_statement(t, store).replace("\n", " ") for t in REFUSED
+                if "--" not in t and "/*\n" not in t]
+    script = "".join(a + ";\n" for a in attempts) + "SELECT count(*) AS n FROM events;\n"
+    result = run("shell", "--store", store, input=script)
+    assert result.exit_code == 2
+    assert result.stderr.count("error: ") == len(attempts)
+    assert "EXPLAIN of anything but a query" in result.stderr
+    assert "309" in result.stdout  # the store's events, still all there
+    assert tree_digest(store) == before
+    assert run("verify", "--store", store).exit_code == 0
+
+
+def test_a_named_query_that_writes_is_refused(store, tmp_path):
+    before = tree_digest(store)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "sneaky.sql").write_text("-- title: Sneaky\n" + _statement(SLIPPED_PAST[0], store)
+                                       + "\n")
+    env = {"LOOPHOUND_QUERIES": str(folder)}
+    result = run("query", "sneaky", "--store", store, env=env)
+    assert result.exit_code == 2 and "exactly one SELECT" in result.stderr
+    shell = run("shell", "--store", store, input=".query sneaky\n", env=env)
+    assert shell.exit_code == 2 and "exactly one SELECT" in shell.stderr
+    assert tree_digest(store) == before
+
+
+def test_legitimate_explains_and_pragmas_still_run(store):
+    for sql in ("EXPLAIN SELECT count(*) FROM events", "EXPLAIN ANALYZE SELECT 1",
+                "EXPLAIN (FORMAT json) SELECT 1", "EXPLAIN (ANALYZE, FORMAT json) FROM events",
+                "/* why */ EXPLAIN /* how */ ANALYZE -- plan\n SELECT count(*) FROM requests",
+                "PRAGMA table_info('events')", "PRAGMA show_tables", "DESCRIBE events"):
+        result = run("sql", sql, "--store", store, "--limit", "0")
+        assert result.exit_code == 0, (sql, result.output)
+    bound = run("sql", "EXPLAIN SELECT * FROM events WHERE actor = $a", "--param", "a=x",
+                "--store", store)
+    assert bound.exit_code == 0, bound.output
+
+
+def test_the_connection_can_write_nowhere_but_its_own_spill_folder(store, tmp_path):
+    con = queries.readonly_connection(Store(store))
+    for target in (tmp_path / "out.csv", store / "new.csv"):
+        with pytest.raises(duckdb.Error, match="disabled by configuration"):
+            con.execute(f"COPY (SELECT 1) TO '{target}'")
+    assert not (tmp_path / "out.csv").exists() and not (store / "new.csv").exists()
+    with pytest.raises(duckdb.Error, match="locked"):
+        con.execute("SET allowed_directories = ['/']")
+    settings = dict(con.execute(
+        "SELECT name, value FROM duckdb_settings() WHERE name IN ('allowed_directories', "
+        "'enable_external_access', 'lock_configuration')").fetchall())
+    spill = settings.pop("allowed_directories")  # DuckDB adds its temp directory itself
+    assert spill.startswith("[") and "loophound-sql-" in spill and str(store) not in spill
+    assert "," not in spill  # nothing else
+    assert settings == {"enable_external_access": "false", "lock_configuration": "true"}
+
+
 # --- if a write ever got past the check ----------------------------------------------------------
 
 
@@ -55,6 +199,28 @@ def test_committed_files_are_read_only_on_disk(store):
     assert committed
     for p in committed:
         assert p.stat().st_mode & 0o222 == 0, p
+
+
+def test_a_write_that_slipped_past_the_check_is_caught(store, tmp_path, monkeypatch):
+    """Were DuckDB's parser ever to let a writing statement through the check: for any user
+    but root the committed file cannot be opened for writing; and whoever runs it, the
+    statement ends in an error naming the changed file, and `verify` names it too."""
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    target = events_file(copy)
+    before = target.read_bytes()
+    monkeypatch.setattr(queries, "_refuse_unless_query", lambda *a: None)
+    result = run("sql", COPY.format(target=target), "--store", copy)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    if os.geteuid() != 0:
+        assert "Permission" in result.stderr or "denied" in result.stderr, result.stderr
+        assert target.read_bytes() == before
+        return
+    assert "the store's files changed while the statement ran" in result.stderr
+    assert target.name in result.stderr
+    verified = run("verify", "--store", copy)
+    assert verified.exit_code == 1
+    assert "changed" in verified.stdout and target.name in verified.stdout
 
 
 # --- verify -------------------------------------------------------------------------------------

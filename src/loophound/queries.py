@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -358,10 +359,6 @@ def records(con: duckdb.DuckDBPyConnection, query: str | NamedQuery,
 # PRAGMAs that only describe: everything else is refused.
 ALLOWED_PRAGMAS = ("table_info", "show", "show_tables", "show_tables_expanded", "version",
                    "platform", "database_list", "functions", "collations")
-_LEADING = r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
-_EXPLAIN = re.compile(_LEADING + r"EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?",
-                      re.IGNORECASE | re.DOTALL)
-_PRAGMA = re.compile(_LEADING + r"PRAGMA\s+(\w+)", re.IGNORECASE | re.DOTALL)
 
 READ_ONLY_HINT = ("loophound's SQL is read-only: queries (SELECT, WITH, FROM, VALUES, DESCRIBE, "
                   "SHOW, SUMMARIZE, EXPLAIN, PRAGMA table_info) only; write a result with "
@@ -378,8 +375,11 @@ class Statement:
 def check_read_only(sql: str) -> list[Statement]:
     """Split `sql` into statements and refuse, before anything runs, any that is not a query.
 
-    A syntax error raises DuckDB's own `duckdb.ParserException` (its message points at the
-    position); a statement that could change something raises `ReadOnlyViolation`."""
+    Every decision is DuckDB's own, never a reading of the text: the statement types of its
+    parser, the tokens of its scanner (so a comment is a comment wherever it is) and, for what
+    an EXPLAIN wraps, its parser and its SELECT-only serializer again. A syntax error raises
+    DuckDB's own `duckdb.ParserException` (its message points at the position); a statement
+    that could change something raises `ReadOnlyViolation`."""
     statements = duckdb.extract_statements(sql)
     out: list[Statement] = []
     pos = 0
@@ -400,19 +400,18 @@ def _refuse_unless_query(st, text: str, where: str) -> None:
     if kind == duckdb.StatementType.SELECT:
         return
     if kind == duckdb.StatementType.EXPLAIN:
-        m = _EXPLAIN.match(text)
-        inner = duckdb.extract_statements(text[m.end():]) if m else []
-        if len(inner) == 1 and inner[0].type == duckdb.StatementType.SELECT:
+        inner = _explained(text)
+        if inner is not None and _one_select(inner):
             return
-        raise ReadOnlyViolation(f"refused {where}: EXPLAIN of anything but a query; "
-                                f"{READ_ONLY_HINT}")
+        raise ReadOnlyViolation(f"refused {where}: EXPLAIN of anything but a query (EXPLAIN "
+                                "ANALYZE runs what it explains); " + READ_ONLY_HINT)
     if kind == duckdb.StatementType.PRAGMA:
-        m = _PRAGMA.match(text)
-        if m and m.group(1).lower() in ALLOWED_PRAGMAS:
+        words = _tokens(text)
+        name = words[1][2] if len(words) > 1 and words[0][2].upper() == "PRAGMA" else ""
+        if name.lower() in ALLOWED_PRAGMAS and words[1][1] != duckdb.token_type.string_const:
             return
-        raise ReadOnlyViolation(f"refused {where}: PRAGMA {m.group(1) if m else ''} "
-                                f"(only {', '.join(ALLOWED_PRAGMAS)} are allowed); "
-                                f"{READ_ONLY_HINT}")
+        raise ReadOnlyViolation(f"refused {where}: PRAGMA {name} (only "
+                                f"{', '.join(ALLOWED_PRAGMAS)} are allowed); {READ_ONLY_HINT}")
     if kind == duckdb.StatementType.MULTI:
         raise ReadOnlyViolation(f"refused {where}: it expands into several statements (a PIVOT "
                                 "without an IN list does: name the values, `ON kind IN "
@@ -422,14 +421,75 @@ def _refuse_unless_query(st, text: str, where: str) -> None:
                             f"{READ_ONLY_HINT}")
 
 
-def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
-    """The store's views on an in-memory connection that cannot write anywhere.
+def _tokens(text: str) -> list[tuple[int, Any, str]]:
+    """(position, kind, text) of each token of `text` as DuckDB's own scanner reads it (the one
+    its parser uses), comments left out: a comment can hide nothing from this."""
+    found = duckdb.tokenize(text)
+    out = []
+    for i, (at, kind) in enumerate(found):
+        if kind == duckdb.token_type.comment:
+            continue
+        end = found[i + 1][0] if i + 1 < len(found) else len(text)
+        out.append((at, kind, text[at:end].strip()))
+    return out
 
-    After the views are defined, file access is limited to reading the committed Parquet
-    files (`allowed_paths`) and a private spill folder, extensions cannot be installed or
-    loaded, and the configuration is locked, so no statement can switch any of it back.
-    Statements must still pass `check_read_only`: `allowed_paths` alone would let COPY write
-    over the very files it allows reading."""
+
+def _explained(text: str) -> str | None:
+    """The text of the statement an EXPLAIN wraps: what follows `EXPLAIN`, an optional
+    `ANALYZE` and an optional parenthesised list of options, all as DuckDB's scanner splits
+    them. None when there is nothing after them."""
+    words = _tokens(text)
+    if not words or words[0][2].upper() != "EXPLAIN":
+        return None
+    i = 1
+    if i < len(words) and words[i][2].upper() in ("ANALYZE", "ANALYSE"):
+        i += 1
+    if i < len(words) and words[i][2] == "(":
+        depth = 0
+        while i < len(words):
+            if words[i][1] == duckdb.token_type.operator:
+                depth += words[i][2].count("(") - words[i][2].count(")")
+            i += 1
+            if depth <= 0:
+                break
+    return text[words[i][0]:] if i < len(words) else None
+
+
+_SERIALIZER: list[duckdb.DuckDBPyConnection] = []
+
+
+def _one_select(sql: str) -> bool:
+    """Whether `sql` is exactly one SELECT to DuckDB's parser and to its serializer
+    (`json_serialize_sql`, which accepts nothing but a SELECT)."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return False
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        return False
+    if not _SERIALIZER:  # it only parses: it needs no file and no setting but its own
+        serializer = duckdb.connect()
+        serializer.execute("SET enable_external_access = false")
+        serializer.execute("SET lock_configuration = true")
+        _SERIALIZER.append(serializer)
+    try:
+        answer = _SERIALIZER[0].cursor().execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
+        return json.loads(answer[0][0]).get("error") is False
+    except (duckdb.Error, ValueError):
+        return False
+
+
+def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
+    """The store's views on an in-memory connection that cannot write anywhere it matters.
+
+    After the views are defined, DuckDB may open no file but the committed Parquet files
+    (`allowed_paths`, read by the views) and its own private spill folder (always allowed to
+    it, removed with the connection); extensions cannot be installed or loaded, and the
+    configuration is locked, so no statement can switch any of it back. DuckDB has no
+    read-only kind of allowed path, so statements must still pass `check_read_only`; and in
+    case one that writes ever got past it, the committed files have no write permission on
+    disk (`Store.seal`), and `check_untouched` tells, after each statement, whether any of
+    them changed."""
     from .attribute.costs import define_cost_view, load_cost_model
 
     with warnings.catch_warnings():
@@ -441,13 +501,47 @@ def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
     spill = tempfile.mkdtemp(prefix="loophound-sql-")
     weakref.finalize(con, shutil.rmtree, spill, True)  # when the connection goes, or at exit
     con.execute(f"SET temp_directory = {sql_list([spill])[1:-1]}")
-    con.execute(f"SET allowed_directories = {sql_list([spill + os.sep])}")
     con.execute(f"SET allowed_paths = {sql_list(readable)}")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    con.execute("SET allow_community_extensions = false")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
+    _READ.setdefault(con, _fingerprints(readable))
     return con
+
+
+# per read-only connection: the files it may read, as they were when it was opened
+_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fingerprints(paths: Iterable[str]) -> dict[str, tuple[int, int, int] | None]:
+    out: dict[str, tuple[int, int, int] | None] = {}
+    for p in paths:
+        try:
+            s = os.stat(p)
+            out[p] = (s.st_size, s.st_mtime_ns, s.st_ino)
+        except OSError:
+            out[p] = None
+    return out
+
+
+def check_untouched(con: duckdb.DuckDBPyConnection) -> None:
+    """Raise `ReadOnlyViolation` naming the store's files a read-only connection may read that
+    changed since it was opened (size, modification time or inode): the last statement wrote
+    to the evidence, which `check_read_only` exists to prevent. Run after every statement."""
+    before = _READ.get(con)
+    if not before:
+        return
+    now = _fingerprints(before)
+    changed = [p for p in before if now[p] != before[p]]
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3
+                                          else "")
+        raise ReadOnlyViolation(
+            f"the store's files changed while the statement ran: {shown}. A write got past the "
+            "read-only check (please report it); `loophound verify` names every committed file "
+            "that no longer matches its recorded hash")
 
 
 def user_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:

@@ -2,8 +2,8 @@
 
 Every statement runs on `queries.readonly_connection` (the documented views, file access locked
 down) after `queries.check_read_only` has refused anything that is not a query, so none of these
-commands can change the evidence. A bad query prints DuckDB's own message, which points at the
-position, and exits with status 2.
+commands can change the evidence; after each, `queries.check_untouched` makes sure none did. A
+bad query prints DuckDB's own message, which points at the position, and exits with status 2.
 """
 
 from __future__ import annotations
@@ -317,6 +317,16 @@ def parse_assignments(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+@contextmanager
+def untouched(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Run a statement, then make sure the store's files are as they were (even when it
+    failed: a write may come before an error)."""
+    try:
+        yield
+    finally:
+        queries.check_untouched(con)
+
+
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str], fmt: str,
             out: Path | None, limit: int | None, console: Console | None = None) -> None:
     """Check, then run, every statement of `sql`; DuckDB errors propagate as duckdb.Error."""
@@ -333,10 +343,10 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str], fm
     for st in statements:
         bound = user_params(st, params)
         # Leading newlines keep DuckDB's LINE numbers those of the whole input.
-        res = con.execute("\n" * (st.line - 1) + st.sql.lstrip(), bound or None)
-        if res.description is None:
-            continue
-        write_result(res, fmt, out, limit, console)
+        with untouched(con):
+            res = con.execute("\n" * (st.line - 1) + st.sql.lstrip(), bound or None)
+            if res.description is not None:
+                write_result(res, fmt, out, limit, console)
 
 
 def report_error(exc: BaseException, console: Console | None = None) -> None:
@@ -435,8 +445,8 @@ def query_cmd(
             return
         _check_options(fmt, out, store)
         con = open_store(store)
-        res = queries.execute(con, q, bound)
-        write_result(res, fmt, out, limit)
+        with untouched(con):
+            write_result(queries.execute(con, q, bound), fmt, out, limit)
 
     _guard(action)
 
@@ -579,8 +589,9 @@ class Shell:
         if not parts:
             raise Failure(".query needs a name; .queries lists them")
         q = queries.load(parts[0])
-        res = queries.execute(self.con, q, q.bind(parts[1:]))
-        write_result(res, self.fmt, None, self.limit, self.console)
+        with untouched(self.con):
+            res = queries.execute(self.con, q, q.bind(parts[1:]))
+            write_result(res, self.fmt, None, self.limit, self.console)
 
 
 def _statement_complete(buffer: str) -> bool:
