@@ -4,12 +4,14 @@ faults", the security class).
 Statements that try to write (most of them hidden behind an EXPLAIN and comments) go through
 `loophound sql`, `loophound shell` and `loophound query`: each is refused with exit status 2
 and a message that says so, no file of the store changes by a byte, and `verify` still
-passes. `verify` itself notices a committed file that changed.
+passes. `verify` itself notices a committed file that changed. And what the logs hold reaches
+a terminal inert: an escape sequence in an actor name is shown, never obeyed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -22,8 +24,11 @@ from typer.testing import CliRunner
 
 from loophound import queries
 from loophound.cli import app
+from loophound.commands import sql as sqlcmd
+from loophound.ingest import ingest
 from loophound.queries import ReadOnlyViolation
 from loophound.store import Store
+from loophound.text import inert, json_inert
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "sample_logs" / "hooks" / "hooks.jsonl"
@@ -279,3 +284,106 @@ def test_the_catalog_records_each_committed_files_hash(store):
     assert any(f.startswith("findings/findings-") for f in sealed)
     for rel, sha in sealed.items():
         assert sha == hashlib.sha256((store / rel).read_bytes()).hexdigest()
+
+
+# --- what reaches the terminal ------------------------------------------------------------------
+
+HOSTILE = "ev\x1b]0;pwned\x07il\x1b[2J\x1b[8mhid\u202eden"
+SHOWN = "ev\\x1b]0;pwned\\x07il\\x1b[2J\\x1b[8mhid\\u202eden"
+RAW = ("\x1b", "\x07", "\u202e")
+
+
+def test_inert_escapes_controls_and_bidi_and_nothing_else():
+    assert inert(HOSTILE) == SHOWN
+    assert inert("tab\there\nnew\x7fdel\x85nel\x9bcsi\u2066iso\u2069") == (
+        "tab\\x09here\\x0anew\\x7fdel\\x85nel\\x9bcsi\\u2066iso\\u2069")
+    assert inert("line one\nline\x1b two", newlines=True) == "line one\nline\\x1b two"
+    plain = "Ünïcødé → 日本語 [bold]x[/] \\x1b é"
+    assert inert(plain) == plain
+    for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F),
+              *range(0x2066, 0x206A)]:
+        assert chr(c) not in inert(chr(c))
+    value = {"a": HOSTILE + "\x7f\x85"}
+    text = json_inert(json.dumps(value, ensure_ascii=False))
+    assert not any(ch in text for ch in (*RAW, "\x7f", "\x85"))
+    assert json.loads(text) == value
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    """A store of the hooks sample in which one looping agent's name is an attack on the
+    terminal: a title change, a clear screen, hidden text and a right-to-left override."""
+    folder = tmp_path_factory.mktemp("hostile")
+    lines = []
+    for line in HOOKS.read_text().splitlines():
+        d = json.loads(line)
+        for k in ("source_agent", "target_agent"):
+            if d.get(k) == "annegreet":
+                d[k] = HOSTILE
+        lines.append(json.dumps(d))
+    log = folder / "logs" / "hooks.jsonl"
+    log.parent.mkdir()
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def assert_inert(text: str) -> None:
+    assert SHOWN in text, text
+    assert not any(c in text for c in RAW), repr(text)
+
+
+def test_scan_shows_hostile_names_inert(hostile, tmp_path):
+    result = run("scan", hostile, "--store", tmp_path / "st", "--fail-on", "never")
+    assert result.exit_code == 0, result.output
+    assert "Trigger cycle" in result.stdout
+    assert_inert(result.stdout)
+
+
+def test_sql_query_and_shell_show_cells_inert(hostile, tmp_path):
+    st = tmp_path / "st"
+    ingest([str(hostile)], Store(st))
+    sql = f"SELECT DISTINCT actor FROM events WHERE actor = '{HOSTILE}'"
+    table = run("sql", sql, "--store", st)
+    assert table.exit_code == 0, table.output
+    assert_inert(table.stdout)
+    assert_inert(run("query", "top_talkers", "--store", st).stdout)
+    shell = run("shell", "--store", st, input=sql + ";\n")
+    assert_inert(shell.stdout)
+    out = tmp_path / "t.txt"
+    assert run("sql", sql, "--store", st, "--out", out).exit_code == 0  # a table is display
+    assert_inert(out.read_text())
+    bad = run("sql", f"SELECT CAST(actor AS INTEGER) FROM events WHERE actor = '{HOSTILE}'",
+              "--store", st)
+    assert bad.exit_code == 2 and "Conversion Error" in bad.stderr
+    assert "\\x1b]0;pwned\\x07" in bad.stderr and not any(c in bad.stderr for c in RAW)
+
+
+def test_machine_formats_keep_the_data_exact(hostile, tmp_path, monkeypatch):
+    st = tmp_path / "st"
+    ingest([str(hostile)], Store(st))
+    sql = "SELECT DISTINCT actor FROM events WHERE actor LIKE 'ev%'"
+    piped = run("sql", sql, "--store", st, "--format", "csv")
+    assert piped.stdout.splitlines()[1] == HOSTILE  # to a pipe: the data, byte for byte
+    for fmt in ("json", "jsonl"):
+        result = run("sql", sql, "--store", st, "--format", fmt)
+        assert not any(c in result.stdout for c in RAW)
+        rows = (json.loads(result.stdout) if fmt == "json"
+                else [json.loads(x) for x in result.stdout.splitlines()])
+        assert rows == [{"actor": HOSTILE}]
+    out = tmp_path / "a.parquet"
+    assert run("sql", sql, "--store", st, "--format", "parquet", "--out", out).exit_code == 0
+    assert pq.read_table(out).column("actor").to_pylist() == [HOSTILE]
+    # CSV on a terminal is display: inert
+    monkeypatch.setattr(sqlcmd, "_is_terminal", lambda stream: True)
+    shown = run("sql", sql, "--store", st, "--format", "csv")
+    assert_inert(shown.stdout)
+
+
+def test_ingest_shows_a_hostile_file_name_inert(hostile, tmp_path):
+    named = tmp_path / "logs" / "a\x1b[2Jb[red]x[bold].jsonl"
+    named.parent.mkdir()
+    named.write_bytes(hostile.read_bytes())
+    result = run("ingest", named.parent, "--store", tmp_path / "st")
+    assert result.exit_code == 0, result.output
+    assert "a\\x1b[2Jb[red]x[bold].jsonl" in result.stdout
+    assert "\x1b" not in result.output

@@ -40,6 +40,7 @@ from .commands.shell import (
 )
 from .errors import UserError
 from .store import Store
+from .text import inert
 
 app = typer.Typer(
     help="Forensics for runaway AI-agent loops: ingest JSONL logs, detect loops, attribute cost.",
@@ -135,7 +136,8 @@ def verify_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
     bad = 0
     for v in verdicts:
         bad += not v.ok
-        table.add_row(escape(v.path), f"{v.bytes:,}", v.sha256[:16] + "…", escape(v.verdict))
+        table.add_row(escape(inert(v.path)), f"{v.bytes:,}", v.sha256[:16] + "…",
+                      escape(v.verdict))
     out.print(table)
     if bare:
         err.print(f"{escape(str(store))} has no catalog (a copy of a store's Parquet folders): "
@@ -263,7 +265,8 @@ def run() -> None:
             sys.exit(condition.exit_code)
         if os.environ.get("LOOPHOUND_DEBUG"):
             raise
-        err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc))}\n"
+        err.print(f"[bold red]internal error:[/] {escape(type(exc).__name__)}: "
+                  f"{escape(inert(str(exc), newlines=True))}\n"
                   "This is a bug in loophound. Run again with LOOPHOUND_DEBUG=1 for the details "
                   "and report them.", highlight=False)
         sys.exit(3)

@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
         out,
         print_findings,
         print_ingest_report,
+        shown,
         user_errors,
     )
 
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
 
     def reported(made) -> None:
         print_findings(made.document)
-        out.print(f"report: {made.path} ({made.bytes / 1e6:.1f} MB); open it in any browser, "
+        out.print(f"report: {shown(made.path)} ({made.bytes / 1e6:.1f} MB); open it in any browser, "
                   "offline", highlight=False)
 
     @app.command("report")
@@ -99,7 +100,7 @@ def register(app: typer.Typer) -> None:
             made = api.write_report(store, out_file, generated_at=_when(generated_at),
                               run_folder=findings_dir, config=config, settings=set_ or [],
                               prices=prices, cost_per_call=cost_per_call)
-        err.print(f"[dim]from {made.source}[/]", highlight=False)
+        err.print(f"[dim]from {shown(made.source)}[/]", highlight=False)
         reported(made)
 
     @app.command("investigate")
@@ -146,7 +147,7 @@ def register(app: typer.Typer) -> None:
                                    cost_per_call=cost_per_call, on_ingest=show,
                                    step=lambda text: step(text, spinner=text != "reading the logs"))
         if done.scan.saved_in is not None:
-            err.print(f"findings saved in {done.scan.saved_in} (the store is read-only evidence "
+            err.print(f"findings saved in {shown(done.scan.saved_in)} (the store is read-only evidence "
                       "and was not changed)", highlight=False)
         reported(done.report)
         raise typer.Exit(exit_status(done.report.document, fail_on))

@@ -19,6 +19,7 @@ from rich.table import Table
 from ..errors import StoreBusy, StoreMissing, UserError
 from ..ingest import IngestOptions, IngestReport, ingest
 from ..store import DEFAULT_STORE, Store
+from ..text import inert, json_inert
 from ..vocabulary import SEVERITIES
 
 __all__ = ["DEFAULT_STORE", "SEVERITIES"]
@@ -34,9 +35,16 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 StoreOpt = Annotated[Path, typer.Option("--store", "-s", help="Store folder.")]
 
 
+def shown(text: object) -> str:
+    """Text from the logs (a path, an actor, a title, a reason) for a markup string: inert
+    (control characters and bidi overrides escaped) and with its markup escaped."""
+    return escape(inert(str(text)))
+
+
 def say_error(message: str) -> None:
-    """`error: message` on standard error, on one line, the message shown as text (not markup)."""
-    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False,
+    """`error: message` on standard error, on one line, the message shown as text (not markup,
+    and inert: it may quote a path or a value from the logs)."""
+    err.print(f"[bold red]error:[/] {shown(' '.join(message.split()))}", highlight=False,
               soft_wrap=True)
 
 
@@ -58,7 +66,8 @@ def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | N
     """Ingest with a progress bar on a terminal; errors become messages, not tracebacks."""
 
     def on_wait() -> None:
-        err.print(f"waiting: another loophound process is writing to {store} ...")
+        err.print(f"waiting: another loophound process is writing to {shown(store)} ...",
+                  highlight=False)
 
     try:
         options = IngestOptions(format=fmt, mapping=load_mapping_file(mapping),
@@ -81,6 +90,7 @@ def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | N
 
 
 def print_ingest_report(report: IngestReport, store: Path) -> None:
+    """What ingest read; file names, reasons and warnings come from the logs: inert."""
     table = Table(title=None, show_edge=False, header_style="bold")
     for col in ("file", "format", "status", "events", "quarantined", "bytes read"):
         table.add_column(col, justify="right" if col in ("events", "quarantined",
@@ -88,24 +98,25 @@ def print_ingest_report(report: IngestReport, store: Path) -> None:
     for f in report.files:
         if f.status == "skipped":
             continue
-        table.add_row(f.path, f.format or "-", f.status, f"{f.events:,}",
+        table.add_row(shown(f.path), shown(f.format or "-"), f.status, f"{f.events:,}",
                       f"{sum(f.quarantined.values()):,}", f"{f.new_bytes:,}")
     out.print(table)
     for f in report.files:
         for reason, n in sorted(f.quarantined.items()):
-            err.print(f"[yellow]quarantined[/] {f.path}: {n:,} line(s) {reason.replace('_', ' ')}",
-                      highlight=False)
+            err.print(f"[yellow]quarantined[/] {shown(f.path)}: {n:,} line(s) "
+                      f"{shown(reason.replace('_', ' '))}", highlight=False)
         if f.pending:
-            err.print(f"[yellow]pending[/] {f.path}:{f.pending.line}: last line has no newline "
+            err.print(f"[yellow]pending[/] {shown(f.path)}:{f.pending.line}: last line has no newline "
                       f"({f.pending.byte_length:,} bytes); it will be read once complete",
                       highlight=False)
         for w in f.warnings:
-            err.print(f"[yellow]warning[/] {f.path}: {w}", highlight=False)
+            err.print(f"[yellow]warning[/] {shown(f.path)}: {shown(w)}", highlight=False)
         if f.status == "skipped":
-            err.print(f"[dim]skipped[/] {f.path}: {f.skipped_reason}", highlight=False)
+            err.print(f"[dim]skipped[/] {shown(f.path)}: {shown(f.skipped_reason)}",
+                      highlight=False)
     out.print(f"{report.events:,} events, {report.quarantined:,} quarantined lines "
-              f"→ store {store}  (see them with: loophound sql \"SELECT * FROM quarantine\")",
-              highlight=False)
+              f"→ store {shown(store)}  (see them with: loophound sql \"SELECT * FROM "
+              "quarantine\")", highlight=False)
 
 
 def open_store(store: Path) -> Store:
@@ -138,7 +149,8 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
     ingested: list[IngestReport] = []
 
     def on_wait() -> None:
-        err.print(f"waiting: another loophound process is writing to {store} ...")
+        err.print(f"waiting: another loophound process is writing to {shown(store)} ...",
+                  highlight=False)
 
     def on_ingest(report: IngestReport) -> None:
         ingested.append(report)
@@ -151,10 +163,10 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
                           on_wait=on_wait, on_ingest=on_ingest, incremental=incremental,
                           alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s))
     if result is not None and result.saved_in is not None and not quiet:
-        err.print(f"findings saved in {escape(str(result.saved_in))} (the store "
-                  f"{escape(str(store))} is read-only evidence and was not changed); "
-                  f"`loophound report --store {escape(str(store))} --findings-dir "
-                  f"{escape(str(result.saved_in))}` reports them", highlight=False)
+        err.print(f"findings saved in {shown(result.saved_in)} (the store "
+                  f"{shown(store)} is read-only evidence and was not changed); "
+                  f"`loophound report --store {shown(store)} --findings-dir "
+                  f"{shown(result.saved_in)}` reports them", highlight=False)
     return result, (ingested[0] if ingested else None)
 
 
@@ -204,6 +216,7 @@ NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Exit at once (status
 
 
 def print_findings(doc: dict) -> None:
+    """The findings as a table: titles name actors and targets from the logs, shown inert."""
     findings = doc["findings"]
     if not findings:
         out.print("No findings: nothing in these logs looks like a runaway loop.")
@@ -215,9 +228,9 @@ def print_findings(doc: dict) -> None:
     colors = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
     for f in findings:
         cost = "-" if f["cost_usd"] is None else f"${f['cost_usd']:,.2f}"
-        table.add_row(f"[{colors[f['severity']]}]{f['severity']}[/]", f["detector"],
-                      escape(f["title"]), f"{f['events']:,}", (f["start"] or "")[:19],
-                      (f["end"] or "")[:19], cost)
+        table.add_row(f"[{colors[f['severity']]}]{f['severity']}[/]", shown(f["detector"]),
+                      shown(f["title"]), f"{f['events']:,}", shown((f["start"] or "")[:19]),
+                      shown((f["end"] or "")[:19]), cost)
     out.print(table)
     t = doc["totals"]
     cost = "unpriced" if t["cost_usd"] is None else f"${t['cost_usd']:,.2f}"
@@ -230,8 +243,8 @@ def write_json(doc: dict, json_out: Path | None) -> None:
 
     if json_out is None:
         return
-    if str(json_out) == "-":
-        sys.stdout.write(dumps(doc))
+    if str(json_out) == "-":  # the same JSON, with nothing in it that acts on a terminal
+        sys.stdout.write(json_inert(dumps(doc)))
     else:
         json_out.write_text(dumps(doc))
 
@@ -268,7 +281,7 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
     for a in result.tracked.alerts if webhook else []:
         problem = post_webhook(webhook, a)
         if problem:
-            err.print(f"[yellow]warning[/] {escape(problem)}", highlight=False)
+            err.print(f"[yellow]warning[/] {shown(problem)}", highlight=False)
     if fail_on == "never":
         return 0
     floor = SEVERITIES.index(fail_on)

@@ -4,6 +4,11 @@ Every statement runs on `queries.readonly_connection` (the documented views, fil
 down) after `queries.check_read_only` has refused anything that is not a query, so none of these
 commands can change the evidence; after each, `queries.check_untouched` makes sure none did. A
 bad query prints DuckDB's own message, which points at the position, and exits with status 2.
+
+What the logs hold is shown inert on a terminal (`text.inert`: an escape sequence in an actor
+name is printed as `\x1b[2J`, not obeyed): every table, and CSV written to a terminal. CSV to a
+file or a pipe is the data exact; JSON is exact everywhere, spelling those characters as JSON
+escapes.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from rich.text import Text
 from .. import queries
 from ..queries import QueryError, ReadOnlyViolation
 from ..store import DEFAULT_STORE, Store
+from ..text import inert, json_inert
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 TABLE_LIMIT = 50
@@ -195,7 +201,8 @@ def _drain(res: duckdb.DuckDBPyConnection) -> int:
 
 
 def render_table(res: duckdb.DuckDBPyConnection, console: Console, limit: int) -> int:
-    """A rich table of the first `limit` rows (log text shown as text, never as markup)."""
+    """A rich table of the first `limit` rows (log text shown as text, never as markup, and
+    inert: control characters and bidi overrides escaped)."""
     cols = [d[0] for d in res.description]
     rows = list(_rows(res, limit))
     more = _drain(res) if limit > 0 and len(rows) == limit else 0
@@ -204,9 +211,10 @@ def render_table(res: duckdb.DuckDBPyConnection, console: Console, limit: int) -
                for i in range(len(cols))]
     table = Table(show_edge=False, header_style="bold", highlight=False)
     for c, num in zip(cols, numeric, strict=True):
-        table.add_column(Text(c), justify="right" if num else "left", overflow="fold")
+        table.add_column(Text(inert(c)), justify="right" if num else "left", overflow="fold")
     for r in rows:
-        table.add_row(*(Text("NULL", style="dim") if v is None else Text(_text(v)) for v in r))
+        table.add_row(*(Text("NULL", style="dim") if v is None else Text(inert(_text(v)))
+                        for v in r))
     console.print(table)
     shown = len(rows)
     note = f"{shown + more:,} row{'s' if shown + more != 1 else ''}"
@@ -244,21 +252,20 @@ def write_result(res: duckdb.DuckDBPyConnection, fmt: str, out: Path | None,
         return n
     with _sink(out) as f:
         if fmt == "csv":
+            cell = inert if _is_terminal(f) else str  # the data exact to a file or a pipe
             w = csv.writer(f, lineterminator="\n")
-            w.writerow(cols)
+            w.writerow([cell(c) for c in cols])
             for r in _rows(res, lim):
-                w.writerow([_text(v) for v in r])
+                w.writerow([cell(_text(v)) for v in r])
                 n += 1
         elif fmt == "jsonl":
             for r in _rows(res, lim):
-                f.write(json.dumps(dict(zip(cols, map(_plain, r), strict=True)),
-                                   ensure_ascii=False) + "\n")
+                f.write(_json_row(cols, r) + "\n")
                 n += 1
         elif fmt == "json":
             f.write("[")
             for r in _rows(res, lim):
-                f.write(("," if n else "") + "\n  " + json.dumps(
-                    dict(zip(cols, map(_plain, r), strict=True)), ensure_ascii=False))
+                f.write(("," if n else "") + "\n  " + _json_row(cols, r))
                 n += 1
             f.write("\n]\n" if n else "]\n")
         else:  # pragma: no cover — checked by the caller
@@ -266,6 +273,19 @@ def write_result(res: duckdb.DuckDBPyConnection, fmt: str, out: Path | None,
     if lim:
         _drain(res)
     return n
+
+
+def _json_row(cols: list[str], row: tuple) -> str:
+    """One row as a JSON object: the same value as the data, and inert on a terminal."""
+    return json_inert(json.dumps(dict(zip(cols, map(_plain, row), strict=True)),
+                                 ensure_ascii=False))
+
+
+def _is_terminal(stream: IO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _stdout_console() -> Console:
@@ -350,11 +370,12 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str], fm
 
 
 def report_error(exc: BaseException, console: Console | None = None) -> None:
-    """DuckDB's message (with its LINE and ^ position) or ours, without a traceback."""
+    """DuckDB's message (with its LINE and ^ position) or ours, without a traceback; inert, as
+    it may quote a value from the logs."""
     from .shell import err
 
     console = console or err
-    text = str(exc).rstrip()
+    text = inert(str(exc).rstrip(), newlines=True)
     console.print(Text.assemble(("error: ", "bold red"), text), soft_wrap=True, highlight=False)
 
 
