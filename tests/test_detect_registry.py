@@ -32,3 +32,19 @@ def test_a_missing_import_inside_a_module_surfaces_as_itself(tmp_path, monkeypat
     with pytest.raises(ModuleNotFoundError) as exc:
         present("lh_registry_probe", ("broken",))
     assert exc.value.name == "lh_registry_probe_missing_dependency"
+
+
+def test_event_kinds_are_the_kinds_the_schema_documents():
+    from loophound.schema import COLUMNS
+    from loophound.vocabulary import EventKind
+
+    doc = next(c.doc for c in COLUMNS if c.name == "kind")
+    assert [k.strip() for k in doc.split(",")] == [k.value for k in EventKind]
+
+
+def test_a_detector_naming_a_kind_that_does_not_exist_fails_at_once():
+    import dataclasses
+
+    det = detect.DETECTORS["ping_pong"]
+    with pytest.raises(ValueError, match="'room_posts' is not a valid EventKind"):
+        dataclasses.replace(det, reads=("message", "room_posts"))

@@ -1,4 +1,5 @@
-"""The words loophound's data is made of, in one place: severities, finding statuses.
+"""The words loophound's data is made of, in one place: severities, finding statuses, event
+kinds.
 
 Each is a `str` enum, so a value compares equal to the text stored in Parquet and JSON
 (`Severity.HIGH == "high"`) and the contracts stay plain strings.
@@ -43,3 +44,25 @@ class FindingStatus(StrEnum):
     ESCALATED = "escalated"
     ONGOING = "ongoing"
     ENDED = "ended"
+
+
+class EventKind(StrEnum):
+    """What a line of a log is: the `kind` column of the events (schema.py describes each)."""
+
+    REQUEST = "request"
+    RESPONSE = "response"
+    LIFECYCLE = "lifecycle"
+    CONNECTION = "connection"
+    CONFIG = "config"
+    MESSAGE = "message"
+    ROOM_POST = "room_post"
+    TRIGGER = "trigger"
+    SESSION_START = "session_start"
+    SESSION_END = "session_end"
+    STEP = "step"
+    LLM_CALL = "llm_call"
+    REPAIR_ATTEMPT = "repair_attempt"
+    AUDIT = "audit"
+    EPISODE_METRICS = "episode_metrics"
+    RECORD = "record"
+    TOOL_CALL = "tool_call"  # an agent's tool or function call, its result on the same event

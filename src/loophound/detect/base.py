@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 
 from ..vocabulary import SEVERITIES as SEVERITIES  # re-exported: the words live in vocabulary
-from ..vocabulary import Severity
+from ..vocabulary import EventKind, Severity
 
 
 def severity_rank(severity: str) -> int:
@@ -73,6 +73,8 @@ class Finding:
     def __post_init__(self) -> None:
         # one of the vocabulary's words, kept as the plain string the JSON and Parquet hold
         self.severity = Severity(self.severity).value
+        for kind in self.unit_kinds:
+            EventKind(kind)
 
     @property
     def id(self) -> str:
@@ -93,6 +95,11 @@ class Detector:
     # the event kinds it reads: it is skipped when the store holds none of them (a bproxy log
     # has no messages to ping-pong), which saves a scan per detector; empty means always run
     reads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug
+        for kind in self.reads:
+            EventKind(kind)
 
 
 def staged(measure: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]],
