@@ -42,6 +42,7 @@ from .lines import (
     read_head,
     read_lines,
 )
+from .normalise import key_sql
 from .schema import COLUMNS, QUARANTINE_COLUMNS
 from .store import OUTCOME_COLUMNS, Store, create_batch_table
 
@@ -881,7 +882,9 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
     exprs = []
     for c in COLUMNS:
         if c.name == "event_id":
-            exprs.append(f"CAST({ctx.input_id} AS BIGINT) * 4294967296 + m.line")
+            # several events of one line (Format.sub_bits): numbered by the format's `sub`
+            sub = f" * {1 << fmt.sub_bits} + m.sub" if fmt.sub_bits and "sub" in provided else ""
+            exprs.append(f"CAST({ctx.input_id} AS BIGINT) * 4294967296 + m.line{sub}")
         elif c.name == "file":
             exprs.append("$file")
         elif c.name == "format":
@@ -893,6 +896,11 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
                          f"ELSE {own} END")
         elif c.name in provided:
             exprs.append(f"CAST(m.{c.name} AS {c.sql_type})")
+        elif c.name == "action_key" and "action" in provided:
+            # the same call with other ids in it is the same call (normalise.py)
+            exprs.append(key_sql("m.action", "m.args" if "args" in provided else "NULL"))
+        elif c.name == "result_key" and "result" in provided:
+            exprs.append(key_sql("m.result"))
         else:
             exprs.append(f"CAST(NULL AS {c.sql_type})")
     cols = ", ".join(f"{e} AS {c.name}" for e, c in zip(exprs, COLUMNS, strict=True))

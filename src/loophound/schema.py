@@ -27,7 +27,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("format", "VARCHAR", "format module that read the line (`loophound formats`)"),
     Column("kind", "VARCHAR", "request, response, lifecycle, connection, config, message, "
            "room_post, trigger, session_start, session_end, step, llm_call, repair_attempt, "
-           "audit, episode_metrics, record"),
+           "audit, episode_metrics, record, tool_call (an agent's tool call, its result on the same "
+           "event)"),
     Column("event_type", "VARCHAR", "the format's own name for the line (`received`, "
            "`hook_fired`, `LLM_COORD_PROPOSAL`, ...)"),
     Column("actor", "VARCHAR", "who acted: sender, caller, agent (bproxy: `pid:ownerHash`)"),
@@ -49,6 +50,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("cost_usd", "DOUBLE", "cost stated by the log itself (never estimated at ingest)"),
     Column("latency_ms", "DOUBLE", "elapsed or latency in milliseconds"),
     Column("model", "VARCHAR", "LLM model id that served the call"),
+    Column("tokens_cache_read", "BIGINT", "LLM input tokens read from the prompt cache"),
+    Column("tokens_cache_write", "BIGINT", "LLM input tokens written to the prompt cache"),
+    Column("args", "VARCHAR", "the action's arguments as the log gives them (JSON text: a tool "
+           "call's input, a command's arguments)"),
+    Column("result", "VARCHAR", "what the action returned, as the log gives it (a tool "
+           "result's text; the first 4 KiB)"),
+    Column("action_key", "VARCHAR", "the action and its arguments with ids, times, hashes and "
+           "numbers masked, hashed: the same call compares equal (set at ingest)"),
+    Column("result_key", "VARCHAR", "the result masked the same way, hashed: the same outcome "
+           "compares equal (set at ingest)"),
     Column("extra", "VARCHAR", "JSON object of the fields no column above holds"),
 )
 
@@ -58,7 +69,7 @@ QUARANTINE_COLUMNS: tuple[Column, ...] = (
     Column("byte_offset", "BIGINT", "offset of the line's first byte"),
     Column("byte_length", "BIGINT", "bytes the line occupies, newline included"),
     Column("reason", "VARCHAR", "why it is not an event: invalid_utf8, invalid_json, "
-           "not_an_object, blank, line_too_long, truncated_last_line, binary"),
+           "not_an_object, blank, line_too_long, truncated_last_line, binary, unmappable"),
     Column("detail", "VARCHAR", "human-readable detail"),
     Column("preview", "VARCHAR", "the first 200 bytes, undecodable bytes escaped"),
 )

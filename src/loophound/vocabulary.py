@@ -65,3 +65,4 @@ class EventKind(StrEnum):
     AUDIT = "audit"
     EPISODE_METRICS = "episode_metrics"
     RECORD = "record"
+    TOOL_CALL = "tool_call"  # an agent's tool or function call, its result on the same event

@@ -50,7 +50,8 @@ class Attributed:
 
 
 UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "llm_call",
-                  "repair_attempt", "record", "connection", "config", "trigger", "audit")
+                  "repair_attempt", "record", "connection", "config", "trigger", "audit",
+                  "tool_call")
 
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],

@@ -10,7 +10,8 @@ import duckdb
 
 from ..store import define_message_copies
 
-UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start")
+UNIT_KINDS = ("request", "message", "room_post", "step", "llm_call", "trigger", "session_start",
+              "tool_call")
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
                  43200, 86400)
 EPOCH = dt.datetime(1970, 1, 1)

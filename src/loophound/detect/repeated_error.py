@@ -29,7 +29,8 @@ from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
 
-ATTEMPT_KINDS = ("request", "step", "message", "room_post", "llm_call", "record", "trigger")
+ATTEMPT_KINDS = ("request", "step", "message", "room_post", "llm_call", "record", "trigger",
+                 "tool_call")
 METRONOME_CV = 0.1  # gaps whose coefficient of variation is under this are a machine's cadence
 PACE_MIN_COUNT = 4  # attempts a run needs before its gaps say anything about its pace
 
