@@ -1,0 +1,155 @@
+"""Property-based tests (hypothesis) of ingest's invariants on hostile input: random mixes of
+valid lines of every format and hostile lines (invalid JSON and UTF-8, NUL, BOM, CRLF, absurd
+numbers and times, deep nesting, duplicate keys, odd types in every field).
+
+For every file: events + quarantined lines = lines; nothing crashes; ingesting again adds
+nothing; and a planted incident is still found whatever is mixed into its log."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loophound.ingest import ingest
+from loophound.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_logs"
+BPROXY = SAMPLES / "bproxy" / "2026-06-18.log"
+STORM = json.loads((SAMPLES / "EXPECTED.json").read_text())["sections"]["bproxy"]["incidents"][0]
+
+
+def _sample_lines(path: Path, n: int = 40) -> list[bytes]:
+    return path.read_bytes().splitlines()[:n]
+
+
+# A file of each format: where it must sit (sven knows its node by the folder) and real lines.
+FORMATS = {
+    "bproxy": ("bproxy/2026-06-18.log", _sample_lines(BPROXY)),
+    "hooks": ("hooks/hooks.jsonl", _sample_lines(SAMPLES / "hooks" / "hooks.jsonl")),
+    "labtrust": ("labtrust/episodes.jsonl", _sample_lines(SAMPLES / "labtrust" / "episodes.jsonl")),
+    "sven": ("sven/node-b/peers/peer.jsonl",
+             _sample_lines(next((SAMPLES / "sven" / "node-b" / "peers").glob("*.jsonl")))),
+    "generic": ("generic/app.jsonl", [json.dumps({"timestamp": 1750000000 + k, "from": "a",
+                                                  "to": "b", "error": "E"}).encode()
+                                      for k in range(40)]),
+}
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30),
+    st.sampled_from(["NaN", "1e400", "-1e400", "99999-12-31T00:00:00Z", "\u202e\x1b[2J",
+                     "0000-00-00"]),
+)
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6)
+
+hostile_raw = st.one_of(
+    st.just(b"{not json"),
+    st.just(b'{"a": "\xff\xfe"}'),  # invalid UTF-8
+    st.just(b'{"a": 1}\x00\x00'),  # NUL
+    st.just(b""),  # blank
+    st.just(b"[1, 2, 3]"),
+    st.just(b'"just a string"'),
+    st.just(b"[" * 3000 + b"]" * 3000),
+    st.just(b'{"a":' * 1500 + b"1" + b"}" * 1500),
+    st.just(b'{"time": 1e16, "timestamp": 1e300, "t_s": 1e16, "ts": "NaN", "event": {"x": 1}}'),
+    st.just(b'{"event": "received", "event": ["dup"], "time": "soon"}'),  # duplicate keys
+    st.just(b'{"k\\ud800ey": 1}'),  # a lone surrogate escape in a key
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b),
+)
+
+
+@st.composite
+def mutated(draw, line: bytes) -> bytes:
+    """A valid line with one field's value replaced by any JSON value."""
+    record = json.loads(line)
+    if not record:
+        return line
+    key = draw(st.sampled_from(sorted(record)))
+    record[key] = draw(json_values)
+    return json.dumps(record).encode()
+
+
+@st.composite
+def hostile_file(draw) -> tuple[str, bytes, int]:
+    """(relative path, bytes, number of lines) of one format's file, salted with hostility."""
+    name = draw(st.sampled_from(sorted(FORMATS)))
+    where, lines = FORMATS[name]
+    count = draw(st.integers(min_value=1, max_value=30))
+    body = []
+    for i in range(count):
+        choice = draw(st.integers(min_value=0, max_value=9))
+        valid = lines[i % len(lines)]
+        if choice < 5:
+            body.append(valid)
+        elif choice < 8:
+            body.append(draw(mutated(valid)))
+        else:
+            body.append(draw(hostile_raw))
+    newline = b"\r\n" if draw(st.booleans()) else b"\n"
+    data = newline.join(body)
+    if draw(st.booleans()):
+        data += newline  # else the last line is still being written
+    if draw(st.integers(min_value=0, max_value=9)) == 0:
+        data = b"\xef\xbb\xbf" + data
+    n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    return where, data, n_lines
+
+
+def _accounted(store: Store) -> dict[str, int]:
+    con = store.connect()
+    out: dict[str, int] = {}
+    for view in ("events", "quarantine"):
+        for file, n in con.execute(f"SELECT file, count(*) FROM {view} GROUP BY 1").fetchall():
+            out[file] = out.get(file, 0) + n
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# one file per format: two files that start alike are one input's copies (see test_hostile)
+@given(files=st.lists(hostile_file(), min_size=1, max_size=3, unique_by=lambda f: f[0]))
+def test_every_line_is_an_event_or_quarantined_and_ingest_is_idempotent(files):
+    with tempfile.TemporaryDirectory() as tmp:
+        root, expected = Path(tmp) / "logs", {}
+        for i, (where, data, n_lines) in enumerate(files):
+            path = root / f"{i}" / where
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            expected[str(path)] = n_lines
+        store = Store(Path(tmp) / "store")
+        first = ingest([str(root)], store)  # never raises
+        got = _accounted(store)
+        for path, n_lines in expected.items():
+            status = next(f for f in first.files if f.path == path)
+            if status.status == "skipped":  # named, with its reason: nothing of it stored
+                assert status.skipped_reason and got.get(path, 0) == 0
+            else:
+                assert got.get(path, 0) == n_lines, (path, status)
+        again = ingest([str(root)], store)
+        assert again.events == 0 and _accounted(store) == got
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(noise=st.lists(st.tuples(st.integers(min_value=0, max_value=3766), hostile_raw),
+                      min_size=1, max_size=8))
+def test_a_planted_storm_is_found_whatever_is_mixed_into_its_log(noise):
+    from loophound.scan import scan_store
+
+    lines = BPROXY.read_bytes().splitlines(keepends=True)
+    for at, raw in sorted(noise, reverse=True):
+        lines.insert(at, raw + b"\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "2026-06-18.log"
+        log.write_bytes(b"".join(lines))
+        store = Store(Path(tmp) / "store")
+        ingest([str(log)], store)
+        assert sum(_accounted(store).values()) == len(lines)
+        found = scan_store(store, save=False).document["findings"]
+        storm = [f for f in found if f["detector"] == "repeated_error"]
+        assert [f["events"] for f in storm] == [STORM["requests"]]
