@@ -85,6 +85,13 @@ class Format:
     # Per-file (mapped, known) keys, for formats whose columns depend on the file (generic).
     file_keys: Callable[[FormatContext], tuple[frozenset[str], frozenset[str]]] | None = None
     priority: int = 50  # lower sniffs first; the generic mapping is last
+    # Optional: True when the file's first bytes (after a byte order mark) are this format's,
+    # for files whose first line can be longer than the head that is parsed for `sniff`.
+    sniff_head: Callable[[bytes, Path], bool] | None = None
+    # A format that reads several events from one line (the spans of an OTLP export) numbers
+    # them 0, 1, ... in a column `sub` of its SELECT; the event id is then input × 2^32 +
+    # line × 2^sub_bits + sub (still unique, still in log order). 0: one event per line.
+    sub_bits: int = 0
     # what detectors may know of the format (see FormatProfile); neutral by default
     profile: FormatProfile = FormatProfile()
 
