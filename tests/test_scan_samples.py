@@ -67,8 +67,6 @@ INCIDENTS = [pytest.param(section, incident, id=f"{name}:{incident['kind']}")
 
 @pytest.mark.parametrize("section, incident", INCIDENTS)
 def test_every_planted_incident_is_found(scanned, section, incident):
-    if incident.get("awaits"):  # planted for a detector that does not exist yet
-        pytest.xfail(f"{incident['kind']} awaits {incident['awaits']}")
     doc, _, _ = scanned
     hits = [f for f in doc["findings"] if points_at(f, section, incident)]
     assert hits, f"nothing found for {incident['kind']}"
@@ -120,6 +118,8 @@ def test_clean_twins_exit_zero_with_nothing_serious(tmp_path):
     from loophound.synth import write_clean_twins
 
     write_clean_twins(tmp_path / "clean")
+    (tmp_path / "clean" / "EXPECTED.json").unlink()  # the answer key is not a log: unread, a
+    # file beside the logs would make the verdict inconclusive (exit 4), as it should
     out = tmp_path / "f.json"
     res = CliRunner().invoke(app, ["scan", str(tmp_path / "clean"), "--store", str(tmp_path / "st"),
                                    "--json", str(out)])

@@ -123,8 +123,8 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
                     if _is_log_name(f):
                         found.append((f, os.path.normpath(str(f))))
                     elif not f.name.lower().endswith("results.json"):
-                        passed_over.append((os.path.normpath(str(f)), "not a log file name "
-                                            "(.jsonl, .ndjson, .log, .json, maybe compressed)"))
+                        passed_over.append((os.path.normpath(str(f)), NOT_A_LOG
+                                            + " (.jsonl, .ndjson, .log, .json, maybe compressed)"))
             elif p.is_file():
                 found.append((p, os.path.normpath(m)))
             elif not p.exists():
@@ -137,6 +137,9 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
             seen.add(key)
             unique.append((key, shown))
     return unique, passed_over
+
+
+NOT_A_LOG = "not a log file name"  # passed over by name: never read, not a log that was missed
 
 
 def _files_below(folder: Path, passed_over: list[tuple[str, str]]) -> list[Path]:
@@ -296,6 +299,10 @@ def ingest(
             done += size
             if on_progress:
                 on_progress(done, total)
+        store.record_skipped(
+            [(f.path, f.skipped_reason or "") for f in report.files
+             if f.status == "skipped" and not (f.skipped_reason or "").startswith(NOT_A_LOG)],
+            [f.path for f in report.files if f.status != "skipped"])
     return report
 
 

@@ -80,6 +80,7 @@ def _write_files(con: duckdb.DuckDBPyConnection, folder: Path, number: int, doc:
              "claims": f"finding-events-{number:06d}{suffix}",
              "inputs": f"inputs-{number:06d}.parquet",
              "outcomes": f"outcomes-{number:06d}.parquet",
+             "skipped": f"skipped-{number:06d}.parquet",
              "run": f"run-{number:06d}.json"}
     if full:  # a scheduled scan attributes only what is new: no whole-log attribution
         files["attribution"] = f"attribution-{number:06d}.parquet"
@@ -97,6 +98,8 @@ def _write_files(con: duckdb.DuckDBPyConnection, folder: Path, number: int, doc:
                 f"TO {db.sql_literal(str(folder / files['inputs']))} (FORMAT parquet)")
     con.execute(f"COPY (SELECT * FROM _outcomes ORDER BY event_id) "
                 f"TO {db.sql_literal(str(folder / files['outcomes']))} (FORMAT parquet)")
+    con.execute(f"COPY (SELECT path, reason FROM skipped ORDER BY path) "
+                f"TO {db.sql_literal(str(folder / files['skipped']))} (FORMAT parquet)")
     if full:
         # every event that is owned or costs something: the owner, and the price it was given
         con.execute(f"""COPY (
@@ -145,9 +148,11 @@ def save_in_store(store: Store, con: duckdb.DuckDBPyConnection, doc: dict,
         with store.catalog_connection() as cat:
             cat.execute("INSERT INTO findings_runs (run_id, started, findings_file, "
                         "finding_events_file, json, batches_seen, attribution_file, run_file, "
-                        "inputs_file, outcomes_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "inputs_file, outcomes_file, skipped_file) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, now, rel["findings"], rel["claims"], dumps(doc), seen,
-                         rel.get("attribution"), rel["run"], rel["inputs"], rel["outcomes"]])
+                         rel.get("attribution"), rel["run"], rel["inputs"], rel["outcomes"],
+                         rel["skipped"]])
     if not scheduled:  # the report reads them; a scheduled scan's window has no use for them
         define_finding_views(con, store.committed_files())
 

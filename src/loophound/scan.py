@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import db, findings_json
+from . import coverage, db, findings_json
 from .attribute import Attributed, Totals, attribute
 from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, run_detectors, settings
@@ -93,6 +93,9 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     attributed, totals = attribute(con, findings, costs, for_report=since is None,
                                    continuing=goes_on)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
+    if since is None:  # what could be judged: a full scan's verdict (a window's is partial)
+        doc["coverage"] = coverage.document(len(findings), coverage.measure(con),
+                                            coverage.skipped_logs(con))
     if since is not None:
         for i, prev_id in goes_on.items():  # its events are claimed under the id it goes on
             con.execute("UPDATE _findx SET finding_id = ? WHERE fidx = ?", [prev_id, i])

@@ -96,6 +96,9 @@ ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS attribution_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS run_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS inputs_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS outcomes_file VARCHAR;
+ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS skipped_file VARCHAR;
+-- files ingest passed over although they looked like logs: a verdict must name them
+CREATE TABLE IF NOT EXISTS skipped (path VARCHAR PRIMARY KEY, reason VARCHAR, seen TIMESTAMP);
 -- the outcome of a request whose response a later ingest read (events files are written once)
 CREATE TABLE IF NOT EXISTS outcomes (
   event_id BIGINT, ok BOOLEAN, error VARCHAR, latency_ms DOUBLE
@@ -292,7 +295,8 @@ class Store:
                 "UNION SELECT attribution_file FROM findings_runs "
                 "UNION SELECT run_file FROM findings_runs "
                 "UNION SELECT inputs_file FROM findings_runs "
-                "UNION SELECT outcomes_file FROM findings_runs"
+                "UNION SELECT outcomes_file FROM findings_runs "
+                "UNION SELECT skipped_file FROM findings_runs"
             ).fetchall() if r[0]}
         for rel in sorted(intended - listed):
             target = (self.root / rel).resolve()
@@ -326,6 +330,20 @@ class Store:
                 SELECT input_id, (CAST(input_id AS BIGINT) << 32) + max(end_line)
                 FROM batches, last WHERE batch_id <= last.seen
                 GROUP BY input_id ORDER BY input_id""").fetchall()
+
+    def record_skipped(self, skipped: list[tuple[str, str]], read: list[str]) -> None:
+        """Remember the files an ingest passed over although they looked like logs (path,
+        reason), and forget those it has now read: a later verdict names what was not read."""
+        if not skipped and not read:
+            return
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        with self.catalog_connection() as con:
+            con.execute("BEGIN")
+            if read:
+                con.execute("DELETE FROM skipped WHERE list_contains(?, path)", [read])
+            for path, reason in skipped:
+                con.execute("INSERT OR REPLACE INTO skipped VALUES (?, ?, ?)", [path, reason, now])
+            con.execute("COMMIT")
 
     def window_start(self, lookback: dt.timedelta) -> dt.datetime | None:
         """The earliest time a scheduled scan must read from so that every log with lines
@@ -591,9 +609,13 @@ def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> int:
         found = sorted((store.root / "findings").glob(f"{kind}-*.parquet"))
         return found[-1] if found else None
 
+    skipped = None
     if store.catalog.exists():
         with store.catalog_connection(read_only=True) as cat:
             inputs = cat.sql("SELECT * FROM inputs ORDER BY input_id").to_arrow_table()
+            if cat.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
+                           "current_database() AND table_name = 'skipped'").fetchall()[0][0]:
+                skipped = cat.sql("SELECT path, reason FROM skipped").to_arrow_table()
             has = cat.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
                               "current_database() AND table_name = 'outcomes'").fetchall()[0][0]
             outcomes = cat.sql("SELECT * FROM outcomes").to_arrow_table() if has else None
@@ -603,9 +625,16 @@ def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> int:
             inputs = (pq.read_table(snapshot("inputs")) if snapshot("inputs")
                       else scratch.sql("SELECT * FROM inputs").to_arrow_table())
         outcomes = pq.read_table(snapshot("outcomes")) if snapshot("outcomes") else None
+        skipped = pq.read_table(snapshot("skipped")) if snapshot("skipped") else None
     con.register("_inputs_arrow", inputs)
     con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM _inputs_arrow")
     con.unregister("_inputs_arrow")
+    if skipped is None:
+        con.execute("CREATE OR REPLACE TEMP TABLE skipped (path VARCHAR, reason VARCHAR)")
+    else:
+        con.register("_skipped_arrow", skipped)
+        con.execute("CREATE OR REPLACE TEMP TABLE skipped AS SELECT * FROM _skipped_arrow")
+        con.unregister("_skipped_arrow")
     if outcomes is None or outcomes.num_rows == 0:
         con.execute(f"CREATE OR REPLACE TEMP TABLE _outcomes ({OUTCOME_COLUMNS})")
         return 0

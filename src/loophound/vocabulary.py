@@ -66,3 +66,11 @@ class EventKind(StrEnum):
     EPISODE_METRICS = "episode_metrics"
     RECORD = "record"
     TOOL_CALL = "tool_call"  # an agent's tool or function call, its result on the same event
+
+
+class Verdict(StrEnum):
+    """What a scan may say of its logs (coverage.py decides): never more than it could judge."""
+
+    FINDINGS = "findings"  # at least one finding
+    CLEAN = "clean"  # no finding, and every log read could be judged
+    INCONCLUSIVE = "inconclusive"  # no finding, but some log could not be judged, or was skipped

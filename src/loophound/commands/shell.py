@@ -20,7 +20,7 @@ from ..errors import StoreBusy, StoreMissing, UserError
 from ..ingest import IngestOptions, IngestReport, ingest
 from ..store import DEFAULT_STORE, Store
 from ..text import inert, json_inert
-from ..vocabulary import SEVERITIES
+from ..vocabulary import SEVERITIES, Verdict
 
 __all__ = ["DEFAULT_STORE", "SEVERITIES"]
 
@@ -219,7 +219,7 @@ def print_findings(doc: dict) -> None:
     """The findings as a table: titles name actors and targets from the logs, shown inert."""
     findings = doc["findings"]
     if not findings:
-        out.print("No findings: nothing in these logs looks like a runaway loop.")
+        print_verdict(doc)
         return
     table = Table(show_edge=False, header_style="bold", show_lines=False)
     for col in ("severity", "detector", "finding", "events", "from", "to", "cost"):
@@ -236,6 +236,7 @@ def print_findings(doc: dict) -> None:
     cost = "unpriced" if t["cost_usd"] is None else f"${t['cost_usd']:,.2f}"
     out.print(f"{len(findings)} finding(s) over {t['events']:,} events; estimated cost of the "
               f"whole log {cost}", highlight=False)
+    print_unjudged(doc.get("coverage") or {})  # findings elsewhere say nothing of these
 
 
 def write_json(doc: dict, json_out: Path | None) -> None:
@@ -289,7 +290,44 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
 
 
 def exit_status(doc: dict, fail_on: str) -> int:
+    """0 clean (or nothing at or above `fail_on`), 1 a finding at or above it, 4 no finding
+    but an inconclusive verdict (some log could not be judged: never an all-clear)."""
+    inconclusive = (doc.get("coverage") or {}).get("verdict") == Verdict.INCONCLUSIVE
     if fail_on == "never":
         return 0
     floor = SEVERITIES.index(fail_on)
-    return int(any(SEVERITIES.index(f["severity"]) >= floor for f in doc["findings"]))
+    if any(SEVERITIES.index(f["severity"]) >= floor for f in doc["findings"]):
+        return 1
+    return INCONCLUSIVE_EXIT if inconclusive and not doc["findings"] else 0
+
+
+INCONCLUSIVE_EXIT = 4
+
+
+def print_verdict(doc: dict) -> None:
+    """No finding: say whether that is an all-clear or only what could not be judged, naming
+    the logs, the missing fields, the keys a mapping could use, and the skipped files."""
+    cov = doc.get("coverage") or {}
+    if cov.get("verdict") != Verdict.INCONCLUSIVE:
+        out.print("No findings: every log read could be judged, and nothing in them looks like "
+                  "a runaway loop.", highlight=False)
+        return
+    out.print("[bold yellow]Inconclusive:[/] no finding, but not every log could be judged; "
+              "this is not an all-clear.", highlight=False)
+    print_unjudged(cov)
+
+
+def print_unjudged(cov: dict) -> None:
+    """The logs a scan could not judge and the files it did not read, each with what to do."""
+    for i in cov.get("inputs", []):
+        if i["judged"]:
+            continue
+        keys = ", ".join(i.get("unmapped_keys") or []) or "none seen"
+        out.print(f"  {escape(inert(i['path']))} ({i['format']}, {i['events']:,} events): "
+                  f"missing {escape(inert('; '.join(i['missing'])))}. Its lines' fields: "
+                  f"{escape(inert(keys))}: name them in a --mapping file "
+                  + escape('([fields] actor = "...", session = "...", error = "...")'),
+                  highlight=False)
+    for s in cov.get("skipped", []):
+        out.print(f"  not read: {escape(inert(s['path']))}: {escape(inert(s['reason']))}",
+                  highlight=False)

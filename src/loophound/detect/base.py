@@ -95,6 +95,9 @@ class Detector:
     # the event kinds it reads: it is skipped when the store holds none of them (a bproxy log
     # has no messages to ping-pong), which saves a scan per detector; empty means always run
     reads: tuple[str, ...] = ()
+    # what an event of those kinds must carry for it to judge it: every group, one column of
+    # each (coverage.py counts the events a detector could judge; none means "not judged")
+    needs: tuple[tuple[str, ...], ...] = (("ts",),)
 
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug

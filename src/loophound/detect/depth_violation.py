@@ -430,4 +430,5 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe),
     rank=40,
     reads=("message", "room_post", "record", "trigger", "session_start", "session_end"),
+    needs=(("ts",), ("depth",)),
 )

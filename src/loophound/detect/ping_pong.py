@@ -404,4 +404,5 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe),
     rank=30,
     reads=("message", "room_post", "record"),
+    needs=(("ts",), ("actor",), ("target",)),
 )

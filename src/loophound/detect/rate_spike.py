@@ -737,4 +737,5 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe, order=lambda f: (f.start, f.key)),
     rank=60,
     reads=UNIT_KINDS,
+    needs=(("ts",), ("actor", "session", "target")),
 )

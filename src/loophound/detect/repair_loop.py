@@ -334,4 +334,5 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe),
     rank=25,
     reads=("repair_attempt",),
+    needs=(("session",), ("corr_id",)),
 )

@@ -310,4 +310,5 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe),
     rank=10,
     reads=ATTEMPT_KINDS,
+    needs=(("ts",), ("error",), ("actor", "session")),
 )

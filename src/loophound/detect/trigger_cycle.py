@@ -345,4 +345,5 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe),
     rank=20,
     reads=("trigger", "session_start", "session_end"),
+    needs=(("ts",), ("actor",), ("target",)),
 )

@@ -463,4 +463,5 @@ DETECTOR = Detector(
     rank=90,
     max_severity="medium",
     reads=UNIT_KINDS,
+    needs=(("ts",), ("actor", "session")),
 )

@@ -1,13 +1,14 @@
 """One module per self-contained part of the report; each renders HTML from the model only.
 
-Order of the page: header (the sentence, key figures, cost basis), timeline, attribution,
+Order of the page: header (the sentence, key figures, cost basis), what could be
+judged (coverage), timeline, attribution,
 one panel per finding, tables (top talkers, error codes, cost by actor and model), method.
 """
 
 from __future__ import annotations
 
-from . import attribution, findings, header, method, tables, timeline
+from . import attribution, coverage, findings, header, method, tables, timeline
 
-SECTIONS = (header, timeline, attribution, findings, tables, method)
+SECTIONS = (header, coverage, timeline, attribution, findings, tables, method)
 
 __all__ = ["SECTIONS"]

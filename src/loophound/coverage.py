@@ -1,0 +1,170 @@
+"""What a scan could judge, so that no verdict says more than the logs allowed.
+
+A detector can only find a loop in events that carry what it reads: repeated_error needs a
+time, an error and who it was returned to; ping_pong a sender and a receiver; and so on (each
+detector declares it: `Detector.needs`). A log whose fields loophound could not interpret
+(only a time and a `type` guessed) yields no finding because nothing could be judged, not
+because nothing looped. This module measures, per input, the share of events that carry
+each canonical field and, per detector, how many events it could judge; and decides the
+verdict:
+
+- `findings`: at least one finding;
+- `clean`: no finding, and every input that was read could be judged (its events carry a
+  time and who acted, and some detector could read them), and no log was skipped;
+- `inconclusive`: no finding, but some input could not be judged, or a log was skipped: the
+  coverage names them, the fields that were missing and the mapping keys that would fill them.
+
+Measuring (SQL over the views) is apart from judging (`verdict`, pure, unit-tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+
+from .detect import DETECTORS
+from .vocabulary import Verdict
+
+# the canonical fields a reader (and the detectors) rely on, as SQL conditions over `events`
+FIELDS = {
+    "time": "ts IS NOT NULL",
+    "actor": "actor IS NOT NULL",
+    "session": "session IS NOT NULL",
+    "target": "target IS NOT NULL",
+    "action": "action IS NOT NULL",
+    "outcome": "(ok IS NOT NULL OR error IS NOT NULL)",
+    "arguments": "args IS NOT NULL",
+}
+UNDERSTOOD = 0.5  # an input is judged when this share of its events has a time and who acted
+
+
+@dataclass
+class InputCoverage:
+    input_id: int
+    path: str
+    format: str
+    events: int
+    shares: dict[str, float]  # field → share of events carrying it
+    judged_by: dict[str, int] = field(default_factory=dict)  # detector → events it could judge
+    keys: list[str] = field(default_factory=list)  # fields of the lines no column holds
+    actions: int = 0  # events of kinds some detector reads (the rest: summaries, metrics)
+
+    @property
+    def context_only(self) -> bool:
+        """Only lines no detector reads (LabTrust's results.json counters, a config dump):
+        context for the others, not a log whose loops went unjudged."""
+        return self.events > 0 and self.actions == 0
+
+    @property
+    def understood(self) -> bool:
+        if self.context_only:
+            return True
+        who = max(self.shares.get("actor", 0.0), self.shares.get("session", 0.0))
+        return (self.events > 0 and self.shares.get("time", 0.0) >= UNDERSTOOD
+                and who >= UNDERSTOOD and any(self.judged_by.values()))
+
+    def missing(self) -> list[str]:
+        """The fields whose absence kept this input from being judged."""
+        out = [f for f in ("time",) if self.shares.get("time", 0.0) < UNDERSTOOD]
+        if max(self.shares.get("actor", 0.0), self.shares.get("session", 0.0)) < UNDERSTOOD:
+            out.append("actor or session")
+        if not any(self.judged_by.values()):
+            out.append("what a detector reads (an error, a receiver, a depth, ...)")
+        return out
+
+
+def _condition(needs: tuple[tuple[str, ...], ...]) -> str:
+    return " AND ".join("(" + " OR ".join(f"{c} IS NOT NULL" for c in group) + ")"
+                        for group in needs) or "true"
+
+
+def measure(con: duckdb.DuckDBPyConnection) -> list[InputCoverage]:
+    """Per input: its events, the share carrying each field, and per detector how many of
+    them it could judge (events of the kinds it reads carrying what it needs). One pass."""
+    shares = ", ".join(f"avg(CASE WHEN {cond} THEN 1.0 ELSE 0.0 END) AS \"{name}\""
+                       for name, cond in FIELDS.items())
+    judged = ", ".join(
+        f"count(*) FILTER (WHERE list_contains(${name}_kinds, kind) AND {_condition(d.needs)}) "
+        f"AS \"{name}\"" for name, d in DETECTORS.items())
+    params = {f"{name}_kinds": list(d.reads) for name, d in DETECTORS.items()}
+    params["all_kinds"] = sorted({k for d in DETECTORS.values() for k in d.reads})
+    rows = con.execute(f"""
+        SELECT CAST(event_id >> 32 AS INTEGER) AS input_id, count(*) AS events, {shares}, {judged},
+               count(*) FILTER (WHERE list_contains($all_kinds, kind)) AS actions
+        FROM events GROUP BY 1 ORDER BY 1""", params).fetchall()
+    names = dict(con.execute("SELECT input_id, path FROM inputs").fetchall())
+    formats = dict(con.execute("SELECT input_id, format FROM inputs").fetchall())
+    out = []
+    n_fields = len(FIELDS)
+    for row in rows:
+        input_id, events = row[0], row[1]
+        field_shares = {name: round(float(v or 0), 4)
+                        for name, v in zip(FIELDS, row[2:2 + n_fields], strict=True)}
+        judged_by = {name: int(v) for name, v in
+                     zip(DETECTORS, row[2 + n_fields:-1], strict=True)}
+        out.append(InputCoverage(input_id, names.get(input_id, f"input {input_id}"),
+                                 formats.get(input_id) or "", int(events), field_shares,
+                                 judged_by, actions=int(row[-1])))
+    for cov in out:
+        if not cov.understood:
+            cov.keys = _keys_of(con, cov.input_id)
+    return out
+
+
+def _keys_of(con: duckdb.DuckDBPyConnection, input_id: int, limit: int = 20) -> list[str]:
+    """The fields of an input's lines that no canonical column holds (`extra`), most common
+    first: the keys a mapping file could name."""
+    rows = con.execute("""
+        SELECT k, count(*) AS n FROM (
+          SELECT unnest(json_keys(extra)) AS k FROM events
+          WHERE event_id >> 32 = $id AND extra IS NOT NULL AND json_valid(extra) LIMIT 100000)
+        GROUP BY k ORDER BY n DESC, k LIMIT $limit""", {"id": input_id, "limit": limit}
+                       ).fetchall()
+    return [k for k, _ in rows]
+
+
+def skipped_logs(con: duckdb.DuckDBPyConnection) -> list[dict]:
+    """Files ingest passed over although they looked like logs (not recognised, unreadable),
+    as the store recorded them; empty for a store from before it did."""
+    try:
+        rows = con.execute("SELECT path, reason FROM skipped ORDER BY path").fetchall()
+    except duckdb.CatalogException:
+        return []
+    return [{"path": p, "reason": r} for p, r in rows]
+
+
+def verdict(findings: int, inputs: list[InputCoverage], skipped: list[dict]) -> Verdict:
+    """The scan's verdict from what it found and what it could judge (see the module)."""
+    if findings:
+        return Verdict.FINDINGS
+    if not inputs or skipped or any(not i.understood for i in inputs):
+        return Verdict.INCONCLUSIVE
+    return Verdict.CLEAN
+
+
+# what a missing field is called in a mapping file ([fields] NAME = "path.in.the.line")
+MAPPING_NAMES = {"time": "time", "actor or session": "actor / session"}
+
+
+def document(findings: int, inputs: list[InputCoverage], skipped: list[dict]) -> dict:
+    """The `coverage` object of the findings document."""
+    judged = {name: sum(i.judged_by.get(name, 0) for i in inputs) for name in DETECTORS}
+    return {
+        "verdict": verdict(findings, inputs, skipped).value,
+        "inputs": [{
+            "path": i.path, "format": i.format, "events": i.events, "shares": i.shares,
+            "judged": i.understood, "context_only": i.context_only,
+            "missing": [] if i.understood else i.missing(),
+            "unmapped_keys": i.keys,
+        } for i in sorted(inputs, key=lambda i: i.path)],
+        "detectors": [{
+            "name": name, "events_judged": judged[name],
+            "reads": list(d.reads), "needs": [list(g) for g in d.needs],
+            "judged": judged[name] > 0,
+            "reason": None if judged[name] else
+            f"no events of kinds {', '.join(d.reads) or 'any'} carrying "
+            + " and ".join("/".join(g) for g in d.needs),
+        } for name, d in DETECTORS.items()],
+        "skipped": skipped,
+    }

@@ -1,0 +1,108 @@
+"""An honest verdict: a scan that finds nothing says whether it could judge the logs. A log
+whose fields loophound cannot interpret is inconclusive (exit 4), never an all-clear."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loophound.cli import app
+from loophound.coverage import InputCoverage, verdict
+from loophound.vocabulary import Verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _input(**shares) -> InputCoverage:
+    base = {"time": 1.0, "actor": 1.0, "session": 1.0}
+    return InputCoverage(1, "a.log", "generic", 10, base | shares, {"repeated_error": 10},
+                         actions=10)
+
+
+def test_the_verdict_rests_on_what_could_be_judged():
+    judged = _input()
+    assert verdict(0, [judged], []) == Verdict.CLEAN
+    assert verdict(2, [judged], []) == Verdict.FINDINGS
+    unjudged = _input(actor=0.0, session=0.1)
+    assert not unjudged.understood and "actor or session" in unjudged.missing()
+    assert verdict(0, [judged, unjudged], []) == Verdict.INCONCLUSIVE
+    assert verdict(0, [judged], [{"path": "x.json", "reason": "not recognised"}]) == \
+        Verdict.INCONCLUSIVE
+    assert verdict(0, [], []) == Verdict.INCONCLUSIVE  # nothing read: nothing backed
+    no_detector = InputCoverage(2, "b.log", "generic", 5, {"time": 1, "actor": 1}, {}, actions=5)
+    assert verdict(0, [judged, no_detector], []) == Verdict.INCONCLUSIVE
+    metrics = InputCoverage(3, "results.json", "labtrust", 4, {"time": 0.0}, {}, actions=0)
+    assert metrics.context_only and verdict(0, [judged, metrics], []) == Verdict.CLEAN
+
+
+def test_a_log_loophound_cannot_interpret_is_inconclusive_not_clean(tmp_path):
+    """A transcript-like log of which automatic mapping finds only the time: no finding,
+    and the scan says so, names the log, the missing fields and the keys to map; exit 4."""
+    log = tmp_path / "session.jsonl"
+    log.write_text("".join(json.dumps({
+        "type": "assistant", "timestamp": f"2026-01-01T10:{m:02d}:00Z", "uuid": f"u{m}",
+        "message": {"role": "assistant", "content": [{"type": "tool_use", "name": "Bash"}]},
+    }) + "\n" for m in range(30)))
+    runner = CliRunner()
+    done = runner.invoke(app, ["ingest", str(log), "--store", str(tmp_path / "st"),
+                               "--format", "generic"])
+    assert done.exit_code == 0, done.output
+    scan = runner.invoke(app, ["scan", "--store", str(tmp_path / "st"),
+                               "--json", str(tmp_path / "f.json")])
+    assert scan.exit_code == 4, scan.output
+    assert "Inconclusive" in scan.stdout and "not an all-clear" in scan.stdout
+    assert "No findings" not in scan.stdout and "session.jsonl" in scan.stdout
+    assert "message" in scan.stdout and "--mapping" in scan.stdout
+    cov = json.loads((tmp_path / "f.json").read_text())["coverage"]
+    assert cov["verdict"] == "inconclusive"
+    (entry,) = cov["inputs"]
+    assert entry["judged"] is False and entry["shares"]["time"] == 1.0
+    assert entry["shares"]["actor"] == 0.0 and "actor or session" in entry["missing"]
+    assert "message" in entry["unmapped_keys"]
+    never = runner.invoke(app, ["scan", "--store", str(tmp_path / "st"), "--fail-on", "never"])
+    assert never.exit_code == 0 and "Inconclusive" in never.stdout
+
+
+def test_clean_twins_are_clean_and_say_so(tmp_path):
+    from loophound.synth import write_clean_twins
+
+    write_clean_twins(tmp_path / "logs")
+    (tmp_path / "logs" / "EXPECTED.json").unlink()  # the answer key: not a log of the system
+    scan = CliRunner().invoke(app, ["scan", str(tmp_path / "logs"), "--store",
+                                    str(tmp_path / "st"), "--json", str(tmp_path / "f.json"),
+                                    "--fail-on", "high"])
+    doc = json.loads((tmp_path / "f.json").read_text())
+    cov = doc["coverage"]
+    if doc["findings"]:  # healthy look-alikes may give low/medium findings, never an all-clear lie
+        assert cov["verdict"] == "findings" and scan.exit_code == 0
+    else:
+        assert cov["verdict"] == "clean" and scan.exit_code == 0
+    assert all(i["judged"] for i in cov["inputs"]), [i for i in cov["inputs"] if not i["judged"]]
+
+
+@pytest.fixture(scope="module")
+def sample_doc(tmp_path_factory) -> tuple[dict, Path]:
+    tmp = tmp_path_factory.mktemp("coverage")
+    CliRunner().invoke(app, ["investigate", str(ROOT / "sample_logs"), "--out",
+                             str(tmp / "r.html"), "--store", str(tmp / "st")])
+    done = CliRunner().invoke(app, ["scan", "--store", str(tmp / "st"), "--json",
+                                    str(tmp / "f.json"), "--fail-on", "never"])
+    assert done.exit_code == 0
+    return json.loads((tmp / "f.json").read_text()), tmp / "r.html"
+
+
+def test_the_samples_name_what_was_not_read(sample_doc):
+    doc, report = sample_doc
+    cov = doc["coverage"]
+    assert cov["verdict"] == "findings"
+    assert [s["path"] for s in cov["skipped"]] == [str(ROOT / "sample_logs" / "EXPECTED.json")]
+    assert {d["name"] for d in cov["detectors"] if d["judged"]} >= {
+        "repeated_error", "ping_pong", "trigger_cycle", "rate_spike", "repair_loop"}
+    html = report.read_text()
+    start = html.index('<section id="coverage"')
+    assert start < html.index('id="timeline"')  # near the top
+    section = html[start:html.index("</section>", start)]
+    assert "EXPECTED.json" in section and "not read" in section
