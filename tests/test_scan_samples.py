@@ -67,6 +67,8 @@ INCIDENTS = [pytest.param(section, incident, id=f"{name}:{incident['kind']}")
 
 @pytest.mark.parametrize("section, incident", INCIDENTS)
 def test_every_planted_incident_is_found(scanned, section, incident):
+    if incident.get("awaits"):  # planted for a detector that does not exist yet
+        pytest.xfail(f"{incident['kind']} awaits {incident['awaits']}")
     doc, _, _ = scanned
     hits = [f for f in doc["findings"] if points_at(f, section, incident)]
     assert hits, f"nothing found for {incident['kind']}"

@@ -107,6 +107,9 @@ SERIALIZERS = {
     "sven": lambda r: json.dumps(r, separators=(",", ":"), ensure_ascii=False),
     "labtrust": lambda r: json.dumps(r, sort_keys=True),
     "hooks": json.dumps,
+    # JSON.stringify (Claude Code) and serde_json (Codex): compact, non-ASCII as is
+    "claude-code": lambda r: json.dumps(r, separators=(",", ":"), ensure_ascii=False),
+    "codex": lambda r: json.dumps(r, separators=(",", ":"), ensure_ascii=False),
 }
 
 

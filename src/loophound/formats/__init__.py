@@ -12,7 +12,7 @@ from ..errors import FormatError
 from ..registry import present
 from .base import Format, FormatContext
 
-_MODULES = ("bproxy", "sven", "labtrust", "hooks", "generic")
+_MODULES = ("bproxy", "sven", "labtrust", "hooks", "claude_code", "codex", "generic")
 
 
 def _load() -> dict[str, Format]:

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from .bproxy import bproxy_full_incident, write_bproxy_log
+from .claude_code import write_claude_code_project
+from .codex import write_codex_sessions
 from .hooks import write_hooks_log
 from .labtrust import write_labtrust_run
 from .sven import write_sven_store
 
-__all__ = ["SECTIONS", "bproxy_full_incident", "write_bproxy_log", "write_clean_twins",
-           "write_full_incident", "write_hooks_log", "write_labtrust_run", "write_samples",
-           "write_sven_store"]
+__all__ = ["SECTIONS", "bproxy_full_incident", "write_bproxy_log", "write_claude_code_project",
+           "write_clean_twins", "write_codex_sessions", "write_full_incident", "write_hooks_log",
+           "write_labtrust_run", "write_samples", "write_sven_store"]
 
 Writer = Callable[..., dict[str, Any]]
 
@@ -32,6 +34,8 @@ SECTIONS: dict[str, Writer] = {
     "sven": write_sven_store,
     "labtrust": write_labtrust_run,
     "hooks": write_hooks_log,
+    "claude-code": write_claude_code_project,
+    "codex": write_codex_sessions,
 }
 
 
