@@ -15,7 +15,8 @@ attempts AS (
   WHERE error IS NOT NULL
     -- actions: not responses, lifecycle lines or session ends
     AND kind IN ('request', 'message', 'room_post', 'session_start', 'step', 'llm_call',
-                 'repair_attempt', 'record', 'connection', 'config', 'trigger', 'audit')
+                 'repair_attempt', 'record', 'connection', 'config', 'trigger', 'audit',
+                 'tool_call')
     AND event_id NOT IN (SELECT event_id FROM copies)
 )
 SELECT error,

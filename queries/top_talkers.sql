@@ -17,7 +17,8 @@ lines AS (
          e.error IS NOT NULL OR e.ok = false AS failed, c.tokens, c.cost_usd,
          -- an action: a line of these kinds, and not a message's second copy
          e.kind IN ('request', 'message', 'room_post', 'session_start', 'step', 'llm_call',
-                    'repair_attempt', 'record', 'connection', 'config', 'trigger', 'audit')
+                    'repair_attempt', 'record', 'connection', 'config', 'trigger', 'audit',
+                    'tool_call')
            AND cp.event_id IS NULL AS act
   FROM events e
   LEFT JOIN copies cp USING (event_id)

@@ -84,6 +84,10 @@ def _match(section: str, inc: dict, panels) -> list:
             ok = f["detector"] == "repair_loop" and in_section
         elif kind == "hook_cycle":
             ok = f["detector"] == "trigger_cycle" and set(d.get("cycle", [])) == set(inc["cycle"])
+        elif kind in ("commit_rejected_by_hook", "subagent_reruns_failing_test"):
+            ok = (f["detector"] == "repeated_error" and inc["actor"] in f["actors"]
+                  and inc["session"] in f["sessions"] and d.get("action") == inc["action"]
+                  and in_section)
         else:
             raise AssertionError(f"answer key has an incident kind this test does not know: {kind}")
         if ok:
@@ -93,7 +97,9 @@ def _match(section: str, inc: dict, panels) -> list:
 
 DETECTOR_OF = {"dead_session_retry": "repeated_error", "blocked_repeat": "repeated_error",
                "p2p_echo": "ping_pong", "echo_guarded": "ping_pong", "room_flood": "ping_pong",
-               "repair_loop": "repair_loop", "hook_cycle": "trigger_cycle"}
+               "repair_loop": "repair_loop", "hook_cycle": "trigger_cycle",
+               "commit_rejected_by_hook": "repeated_error",
+               "subagent_reruns_failing_test": "repeated_error"}
 
 
 @pytest.mark.parametrize("section,incident", _incidents(),
@@ -101,6 +107,8 @@ DETECTOR_OF = {"dead_session_retry": "repeated_error", "blocked_repeat": "repeat
 def test_every_sample_incident_is_named_with_its_cost(sample, section, incident):
     from loophound.detect import DETECTORS
 
+    if incident.get("awaits"):  # planted for a detector that does not exist yet
+        pytest.skip(f"{incident['kind']} awaits {incident['awaits']}")
     if DETECTOR_OF[incident["kind"]] not in DETECTORS:
         pytest.skip(f"detector {DETECTOR_OF[incident['kind']]} has not landed yet")
     _, model, html = sample
