@@ -163,7 +163,8 @@ def _keep_unseen(con: duckdb.DuckDBPyConnection, continuing: Collection[int],
     who = "e.actor, e.target, e.error," if for_report else ""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _scope AS
         SELECT e.event_id, e.ts, e.kind, e.byte_length, {who} e.model, e.tokens_in,
-               e.tokens_out, e.cost_usd, e.event_id >= coalesce(u.upto, 0) AS fresh
+               e.tokens_out, e.tokens_cache_read, e.tokens_cache_write, e.cost_usd,
+               e.event_id >= coalesce(u.upto, 0) AS fresh
         FROM events e LEFT JOIN _upto u ON u.input_id = e.event_id >> 32
         WHERE e.event_id >= coalesce(u.upto, 0) OR e.event_id IN (SELECT event_id FROM _claims)""")
 

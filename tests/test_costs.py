@@ -1,0 +1,58 @@
+"""Prices come from a maintained table (genai-prices, its snapshot bundled: offline), cache
+tokens at their own rates; a model no table knows stays unpriced, never $0."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loophound.attribute.costs import load_cost_model, table_version
+from loophound.ingest import IngestOptions, ingest
+from loophound.scan import scan_store
+from loophound.store import Store
+
+MAPPING = {"fields": {"time": "ts", "actor": "agent", "model": "model", "tokens_in": "in",
+                      "tokens_out": "out", "tokens_cache_read": "cache_read",
+                      "tokens_cache_write": "cache_write"},
+           "constants": {"kind": "llm_call"}, "auto": False}
+
+
+def _store(tmp_path, rows, prices=None):
+    log = tmp_path / "calls.jsonl"
+    log.write_text("".join(json.dumps({"ts": 1750000000 + i, "agent": "a", **r}) + "\n"
+                           for i, r in enumerate(rows)))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store, IngestOptions(format="generic", mapping=MAPPING))
+    doc = scan_store(store, costs=load_cost_model(prices), save=False).document
+    return doc, store
+
+
+def test_cache_tokens_are_priced_at_their_own_rates(tmp_path):
+    # claude-sonnet-4-5: $3 input, $15 output, $0.30 cache read, $3.75 cache write per million
+    doc, _ = _store(tmp_path, [
+        {"model": "claude-sonnet-4-5", "in": 1000, "out": 200, "cache_read": 10000,
+         "cache_write": 2000},
+    ])
+    totals = doc["totals"]
+    assert totals["cost_basis"] == {"priced": 1}
+    expected = (1000 * 3 + 200 * 15 + 10000 * 0.30 + 2000 * 3.75) / 1e6
+    assert totals["cost_usd"] == pytest.approx(expected)
+    assert doc["method"]["cost_model"]["price_table_version"] == table_version()
+    assert table_version().startswith("genai-prices ")
+
+
+def test_an_unknown_model_is_unpriced_never_zero_and_a_price_file_overrides(tmp_path):
+    rows = [{"model": "llama3.1:8b", "in": 500, "out": 50},
+            {"model": "gpt-4o", "in": 1_000_000, "out": 0}]
+    doc, _ = _store(tmp_path, rows)
+    t = doc["totals"]
+    assert t["cost_basis"] == {"priced": 1, "unpriced": 1}
+    assert t["unpriced_tokens"] == 550 and t["cost_usd"] == pytest.approx(2.50)
+    prices = tmp_path / "prices.toml"
+    prices.write_text('version = "ours-1"\n[models."llama3.1:8b"]\ninput = 0.1\noutput = 0.2\n')
+    (tmp_path / "again").mkdir()
+    doc, _ = _store(tmp_path / "again", rows, prices)
+    assert doc["totals"]["cost_basis"] == {"priced": 2}
+    assert doc["totals"]["cost_usd"] == pytest.approx(2.50 + (500 * 0.1 + 50 * 0.2) / 1e6)
+    assert doc["method"]["cost_model"]["price_table_version"].endswith("+ours-1")
