@@ -18,12 +18,15 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("event_id", "BIGINT", "unique id: input number × 2^32 + line number"),
+    Column("event_id", "BIGINT", "unique id: input number × 2^32 + line number (a line of several "
+           "events, an OTLP export's spans: input × 2^32 + line × 2^13 + the event's place in it)"),
     Column("ts", "TIMESTAMP", "event time, UTC, millisecond precision (NULL when the line has none)"),
     Column("file", "VARCHAR", "the input file as it was named on the command line"),
     Column("line", "BIGINT", "1-based line number in the (decompressed) file"),
-    Column("byte_offset", "BIGINT", "offset of the line's first byte in the (decompressed) file"),
-    Column("byte_length", "INTEGER", "bytes the raw line occupies, newline included"),
+    Column("byte_offset", "BIGINT", "offset of the line's first byte in the (decompressed) file "
+           "(a line of several events: where this event's share of it starts)"),
+    Column("byte_length", "INTEGER", "bytes the raw line occupies, newline included (a line of "
+           "several events: this event's share; the shares add up to the line)"),
     Column("format", "VARCHAR", "format module that read the line (`loophound formats`)"),
     Column("kind", "VARCHAR", "request, response, lifecycle, connection, config, message, "
            "room_post, trigger, session_start, session_end, step, llm_call, repair_attempt, "

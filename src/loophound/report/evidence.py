@@ -64,10 +64,15 @@ def quote(con: duckdb.DuckDBPyConnection, wanted: list[tuple[str, int]]) -> dict
     keys = sorted(set(wanted))
     db.temp_table(con, "_rep_wanted", {"file": ("VARCHAR", [k[0] for k in keys]),
                                        "line": ("BIGINT", [k[1] for k in keys])})
+    # a line may hold several events (the spans of an OTLP export), each with a share of the
+    # line's bytes: the line is where the first starts to where the last ends
     rows = con.execute(
-        """SELECT e.file, e.line, e.byte_offset, e.byte_length, CAST(e.event_id >> 32 AS INTEGER)
+        """SELECT e.file, e.line, min(e.byte_offset),
+                  max(e.byte_offset + e.byte_length) - min(e.byte_offset),
+                  CAST(e.event_id >> 32 AS INTEGER)
            FROM events e SEMI JOIN _rep_wanted w ON w.file = e.file AND w.line = e.line
-           ORDER BY e.event_id""").fetchall()
+           GROUP BY e.file, e.line, e.event_id >> 32
+           ORDER BY min(e.event_id)""").fetchall()
     con.execute("DROP TABLE _rep_wanted")
     inputs = _inputs(con)
     by_input: dict[int, list[tuple[int, int, tuple[str, int]]]] = {}
