@@ -12,7 +12,7 @@ from ..errors import FormatError
 from ..registry import present
 from .base import Format, FormatContext
 
-_MODULES = ("bproxy", "sven", "labtrust", "hooks", "claude_code", "codex", "generic")
+_MODULES = ("bproxy", "sven", "labtrust", "hooks", "claude_code", "codex", "otlp", "generic")
 
 
 def _load() -> dict[str, Format]:
@@ -57,7 +57,8 @@ def sniff(head: bytes, path: Path) -> Format | None:
     records = sample_records(head)
     for fmt in FORMATS.values():
         try:
-            if fmt.sniff(records, path):
+            if fmt.sniff(records, path) or (
+                    fmt.sniff_head is not None and fmt.sniff_head(head.removeprefix(BOM), path)):
                 return fmt
         except (TypeError, ValueError, AttributeError, KeyError):
             # a value of a shape the recogniser did not foresee (an `event` that is an
