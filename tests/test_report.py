@@ -20,7 +20,7 @@ from loophound import queries
 from loophound.attribute.costs import load_cost_model
 from loophound.ingest import ingest
 from loophound.report import build, fmt, gather, render
-from loophound.report.evidence import quote
+from loophound.report.evidence import MAX_QUOTE_BYTES, quote
 from loophound.report.html import script_json
 from loophound.scan import scan_store
 from loophound.store import Store
@@ -84,6 +84,11 @@ def _match(section: str, inc: dict, panels) -> list:
             ok = f["detector"] == "repair_loop" and in_section
         elif kind == "hook_cycle":
             ok = f["detector"] == "trigger_cycle" and set(d.get("cycle", [])) == set(inc["cycle"])
+        elif kind == "handoff_loop":
+            ok = f["detector"] == "ping_pong" and set(d.get("pair", [])) == set(inc["peers"])
+        elif kind == "tool_error_loop":
+            ok = (f["detector"] == "repeated_error" and inc["actor"] in f["actors"]
+                  and d.get("action") == inc["action"] and in_section)
         elif kind in ("commit_rejected_by_hook", "subagent_reruns_failing_test"):
             ok = (f["detector"] == "repeated_error" and inc["actor"] in f["actors"]
                   and inc["session"] in f["sessions"] and d.get("action") == inc["action"]
@@ -99,7 +104,8 @@ DETECTOR_OF = {"dead_session_retry": "repeated_error", "blocked_repeat": "repeat
                "p2p_echo": "ping_pong", "echo_guarded": "ping_pong", "room_flood": "ping_pong",
                "repair_loop": "repair_loop", "hook_cycle": "trigger_cycle",
                "commit_rejected_by_hook": "repeated_error",
-               "subagent_reruns_failing_test": "repeated_error"}
+               "subagent_reruns_failing_test": "repeated_error",
+               "handoff_loop": "ping_pong", "tool_error_loop": "repeated_error"}
 
 
 @pytest.mark.parametrize("section,incident", _incidents(),
@@ -279,7 +285,10 @@ def test_evidence_is_quoted_verbatim_with_file_and_line(sample):
     for p in model.panels:
         for e in p.evidence:
             assert e.problem is None, e.problem
-            assert e.text == _line(Path(e.file), e.line)
+            line = _line(Path(e.file), e.line)  # a long line (an OTLP export) is quoted in part
+            want = (line.encode()[:MAX_QUOTE_BYTES].decode("utf-8", "backslashreplace")
+                    if e.truncated else line)
+            assert e.text == want
             assert f'<span class="loc">{fmt.esc(e.file)}:{e.line}</span>' in html
             assert f'<pre class="line">{fmt.esc(e.text)}</pre>' in html
             quoted += 1

@@ -110,6 +110,8 @@ SERIALIZERS = {
     # JSON.stringify (Claude Code) and serde_json (Codex): compact, non-ASCII as is
     "claude-code": lambda r: json.dumps(r, separators=(",", ":"), ensure_ascii=False),
     "codex": lambda r: json.dumps(r, separators=(",", ":"), ensure_ascii=False),
+    # the Collector's file exporter (pdata's JSON): compact, non-ASCII as is
+    "otlp": lambda r: json.dumps(r, separators=(",", ":"), ensure_ascii=False),
 }
 
 

@@ -18,11 +18,12 @@ from .claude_code import write_claude_code_project
 from .codex import write_codex_sessions
 from .hooks import write_hooks_log
 from .labtrust import write_labtrust_run
+from .otlp import write_otlp_traces
 from .sven import write_sven_store
 
 __all__ = ["SECTIONS", "bproxy_full_incident", "write_bproxy_log", "write_claude_code_project",
            "write_clean_twins", "write_codex_sessions", "write_full_incident", "write_hooks_log",
-           "write_labtrust_run", "write_samples", "write_sven_store"]
+           "write_labtrust_run", "write_otlp_traces", "write_samples", "write_sven_store"]
 
 Writer = Callable[..., dict[str, Any]]
 
@@ -36,6 +37,7 @@ SECTIONS: dict[str, Writer] = {
     "hooks": write_hooks_log,
     "claude-code": write_claude_code_project,
     "codex": write_codex_sessions,
+    "otlp": write_otlp_traces,
 }
 
 
