@@ -94,6 +94,8 @@ class Format:
     sub_bits: int = 0
     # what detectors may know of the format (see FormatProfile); neutral by default
     profile: FormatProfile = FormatProfile()
+    # Optional: warnings about how this file was read (a mapping key no line holds)
+    notes: Callable[[FormatContext], list[str]] | None = None
 
 
 sql_str = sql_literal  # the formats' name for it

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MappingError
-from .base import Format, FormatContext, any_time_to_ts, sql_str
+from .base import Format, FormatContext, any_time_to_ts, micros_to_ts, sql_str
 
 # canonical column -> how its value is cast
 COLUMN_TYPES: dict[str, str] = {
@@ -46,7 +46,13 @@ COLUMN_TYPES: dict[str, str] = {
     "session": "str", "channel": "str", "action": "str", "ok": "bool", "error": "error",
     "depth": "int", "role": "str", "corr_id": "str", "parent_id": "str", "tokens_in": "bigint",
     "tokens_out": "bigint", "cost_usd": "double", "latency_ms": "double", "model": "str",
+    "tokens_cache_read": "bigint", "tokens_cache_write": "bigint", "args": "json",
+    "result": "text",
 }
+# what a [fields] table may say beside `path` (see the module docstring)
+CONDITIONS = ("equals", "not_equals", "one_of", "present")
+FIELD_KEYS = ("path", "paths", "when", "format", "unit", "first_line", *CONDITIONS)
+UNITS = {"s": 1_000_000, "ms": 1000, "us": 1, "ns": 0.001}
 ALIASES = {"time": "ts"}
 SECTIONS = ("fields", "constants", "auto")
 
@@ -79,10 +85,27 @@ HEAD_RECORDS = 1000
 
 
 @dataclass(frozen=True)
+class Condition:
+    """A test of one value of a line: `equals`, `not_equals`, `one_of` (a list) or `present`
+    (true: the key is there and not null; false: it is not)."""
+
+    path: tuple[str, ...]
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
 class Field:
     column: str
     path: tuple[str, ...]  # top-level key, then nested keys
     cast: str  # a COLUMN_TYPES value, or `status` (status as an error code)
+    when: Condition | None = None  # the value only on lines where this holds
+    test: Condition | None = None  # `ok` from a condition: true where it holds
+    paths: tuple[tuple[str, ...], ...] = ()  # a time from several fields, joined by a space
+    format: str | None = None  # strptime pattern of a time
+    unit: str | None = None  # epoch unit of a time: s, ms, us, ns
+    constant: Any = None  # `first_line`: the value of the file's first line, on every line
+    from_first_line: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,12 +196,15 @@ def validate_mapping(mapping: Any, source: str | Path | None = None) -> dict[str
                                f"under [{section}]), not {table!r}")
     if not isinstance(auto, bool):
         raise MappingError(f"{where}: auto must be true or false, not {auto!r}")
-    fields: dict[str, str] = {}
+    fields: dict[str, str | dict[str, Any]] = {}
     for name, path in fields_in.items():
         column = _canonical(name, path, "fields", where)
-        if not isinstance(path, str) or not path or any(not p for p in path.split(".")):
+        if isinstance(path, dict):
+            path = _check_field_table(column, name, path, f"{where} [fields.{name}]")
+        elif not _is_path(path):
             raise MappingError(f"{where} [fields]: {name} must be a key name or dotted path like "
-                               f"\"error.code\", not {path!r}")
+                               f"\"error.code\", or a table [fields.{name}] with `path` and "
+                               f"conditions, not {path!r}")
         if column in fields:
             raise MappingError(f"{where} [fields]: {column} is mapped twice (time and ts are "
                                "one column); keep one of them")
@@ -194,6 +220,71 @@ def validate_mapping(mapping: Any, source: str | Path | None = None) -> dict[str
                                "`time` in [fields]")
         constants[column] = _check_constant(column, value, where)
     return {"fields": fields, "constants": constants, "auto": auto}
+
+
+def _is_path(path: Any) -> bool:
+    return isinstance(path, str) and bool(path) and all(path.split("."))
+
+
+def _check_condition(table: Any, where: str) -> dict[str, Any]:
+    """A condition table {path, one of equals / not_equals / one_of / present}."""
+    if not isinstance(table, dict) or not _is_path(table.get("path")):
+        raise MappingError(f"{where}: a condition is a table with a `path` and one of "
+                           f"{', '.join(CONDITIONS)}, e.g. {{ path = \"exit_code\", equals = 0 }}")
+    ops = [k for k in table if k in CONDITIONS]
+    extra = [k for k in table if k not in CONDITIONS and k != "path"]
+    if len(ops) != 1 or extra:
+        raise MappingError(f"{where}: give exactly one of {', '.join(CONDITIONS)} beside `path`"
+                           + (f" (unknown: {', '.join(extra)})" if extra else ""))
+    op = ops[0]
+    if op == "one_of" and not isinstance(table[op], list):
+        raise MappingError(f"{where}: one_of takes a list, e.g. one_of = [\"failed\", \"error\"]")
+    if op == "present" and not isinstance(table[op], bool):
+        raise MappingError(f"{where}: present takes true or false")
+    return {"path": table["path"], op: table[op]}
+
+
+def _check_field_table(column: str, name: str, table: dict[str, Any], where: str) -> dict:
+    """A [fields.NAME] table: `path` (or `paths` for a time), and what to do with it."""
+    unknown = [k for k in table if k not in FIELD_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], FIELD_KEYS, n=1)
+        raise MappingError(f"{where}: unknown key {unknown[0]!r}"
+                           + (f" (did you mean {close[0]}?)" if close else "")
+                           + f"; a field table takes {', '.join(FIELD_KEYS)}")
+    if ("path" in table) == ("paths" in table):
+        raise MappingError(f"{where}: give `path` (a key or dotted path), or `paths` (a list "
+                           "of them whose values are joined by a space, for a time)")
+    if "paths" in table and (column != "ts" or not isinstance(table["paths"], list)
+                             or not table["paths"] or not all(map(_is_path, table["paths"]))):
+        raise MappingError(f"{where}: `paths` is a list of key names, and only for time")
+    if "path" in table and not _is_path(table["path"]):
+        raise MappingError(f"{where}: path must be a key name or dotted path, not "
+                           f"{table['path']!r}")
+    ops = [k for k in table if k in CONDITIONS]
+    if ops and column != "ok":
+        raise MappingError(f"{where}: {ops[0]} decides `ok` only; to keep {name} on some lines "
+                           f"only, write when = {{ path = ..., {ops[0]} = ... }}")
+    if len(ops) > 1:
+        raise MappingError(f"{where}: give one of {', '.join(CONDITIONS)}")
+    out = {k: v for k, v in table.items() if k not in ("when",)}
+    if ops:
+        out = {"path": table["path"], **_check_condition({"path": table["path"],
+                                                          ops[0]: table[ops[0]]}, where)}
+    if "when" in table:
+        out["when"] = _check_condition(table["when"], f"{where} when")
+    for key in ("format", "unit"):
+        if key in table and column != "ts":
+            raise MappingError(f"{where}: {key} is for time only")
+    if "format" in table and not isinstance(table["format"], str):
+        raise MappingError(f"{where}: format is a strptime pattern such as "
+                           "\"%a %b %d %H:%M:%S %Y\"")
+    if "unit" in table and table["unit"] not in UNITS:
+        raise MappingError(f"{where}: unit must be one of {', '.join(UNITS)}, not "
+                           f"{table['unit']!r}")
+    if "first_line" in table and not isinstance(table["first_line"], bool):
+        raise MappingError(f"{where}: first_line takes true or false")
+    return out
 
 
 def _check_constant(column: str, value: Any, where: str) -> Any:
@@ -256,8 +347,7 @@ def plan(ctx: FormatContext, records: list[dict] | None = None) -> Plan:
         records = head_records(ctx.path)
     mapping = validate_mapping(raw) if raw is not None else {"fields": {}, "constants": {},
                                                               "auto": True}
-    fields = [Field(column, _resolve(records, dotted), COLUMN_TYPES[column])
-              for column, dotted in mapping["fields"].items()]
+    fields = [_field(column, spec, records) for column, spec in mapping["fields"].items()]
     taken = {f.column for f in fields} | set(mapping["constants"])
     if mapping["auto"]:
         for column, candidates in AUTO.items():
@@ -270,6 +360,53 @@ def plan(ctx: FormatContext, records: list[dict] | None = None) -> Plan:
                     fields.append(Field(column, path, cast))
                     break
     return Plan(tuple(fields), tuple(mapping["constants"].items()))
+
+
+def _condition(spec: dict[str, Any] | None, records: list[dict]) -> Condition | None:
+    if spec is None:
+        return None
+    op = next(k for k in spec if k in CONDITIONS)
+    return Condition(_resolve(records, spec["path"]), op, spec[op])
+
+
+def _first_value(records: list[dict], path: tuple[str, ...]) -> Any:
+    """The value at `path` in the file's first record (None when it has none)."""
+    value: Any = records[0] if records else None
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _field(column: str, spec: str | dict[str, Any], records: list[dict]) -> Field:
+    """A mapped column: a dotted path, or a [fields.NAME] table (conditions, time format,
+    first line)."""
+    cast = COLUMN_TYPES[column]
+    if isinstance(spec, str):
+        return Field(column, _resolve(records, spec), cast)
+    paths = tuple(_resolve(records, p) for p in spec.get("paths", ()))
+    path = _resolve(records, spec["path"]) if "path" in spec else paths[0]
+    test = _condition(spec, records) if column == "ok" and any(k in spec for k in CONDITIONS) \
+        else None
+    first = bool(spec.get("first_line"))
+    return Field(column, path, cast, when=_condition(spec.get("when"), records), test=test,
+                 paths=paths, format=spec.get("format"), unit=spec.get("unit"),
+                 constant=_first_value(records, path) if first else None, from_first_line=first)
+
+
+def unmatched(ctx: FormatContext) -> list[str]:
+    """Mapped paths that no line of the file's head holds: most likely a typo in the mapping
+    file (ingest reports them as warnings)."""
+    if ctx.options.get("mapping") is None:
+        return []
+    records = head_records(ctx.path)
+    p = plan(ctx, records)
+    out = []
+    for f in p.fields:
+        for path in f.paths or (f.path,):
+            if not _present(records, path):
+                out.append(f"mapping: {f.column} = \"{'.'.join(path)}\" matched none of the "
+                           f"first {len(records):,} lines of this file")
+    return out
 
 
 def file_keys(ctx: FormatContext) -> tuple[frozenset[str], frozenset[str]]:
@@ -297,12 +434,70 @@ def _value(path: tuple[str, ...]) -> str:
 NUMERIC = "('BIGINT', 'UBIGINT', 'DOUBLE')"
 
 
+def _condition_sql(c: Condition) -> str:
+    """SQL: whether a line's value at `c.path` passes the condition (NULL: no value)."""
+    v = _value(c.path)
+    text = f"({v}->>'$')"
+
+    def equals(x: Any) -> str:
+        if isinstance(x, bool):
+            return f"(json_type({v}) = 'BOOLEAN' AND {text} = '{'true' if x else 'false'}')"
+        if isinstance(x, (int, float)):
+            return f"(TRY_CAST({text} AS DOUBLE) = CAST({float(x)!r} AS DOUBLE))"
+        return f"({text} = {sql_str(str(x))})"
+
+    there = f"({v} IS NOT NULL AND json_type({v}) <> 'NULL')"
+    if c.op == "equals":
+        return equals(c.value)
+    if c.op == "not_equals":
+        return f"({there} AND NOT coalesce({equals(c.value)}, false))"
+    if c.op == "one_of":
+        return "(" + " OR ".join(equals(x) for x in c.value) + ")" if c.value else "false"
+    return there if c.value else f"(NOT {there})"
+
+
+def _field_sql(f: Field) -> str:
+    """SQL of one mapped column: the value cast, kept only `when` its condition holds."""
+    if f.from_first_line:
+        expr = "NULL" if f.constant is None else _cast(
+            f"CAST({sql_str(json.dumps(f.constant))} AS JSON)", f.cast)
+    elif f.test is not None:  # ok: true where the condition holds, false where it does not
+        v = _value(f.test.path)
+        expr = (f"CASE WHEN {v} IS NULL OR json_type({v}) = 'NULL' THEN NULL "
+                f"ELSE coalesce({_condition_sql(f.test)}, false) END")
+    elif f.cast == "time" and (f.paths or f.format or f.unit):
+        expr = _time_sql(f)
+    else:
+        expr = _cast(_value(f.path), f.cast)
+    if f.when is not None:
+        expr = f"CASE WHEN coalesce({_condition_sql(f.when)}, false) THEN {expr} END"
+    return f"{expr} AS {f.column}"
+
+
+def _time_sql(f: Field) -> str:
+    """A time in a stated shape: a strptime `format` (of one field, or of `paths` joined by a
+    space), or an epoch number in a stated `unit`."""
+    parts = [f"({_value(p)}->>'$')" for p in (f.paths or (f.path,))]
+    text = parts[0] if len(parts) == 1 else f"concat_ws(' ', {', '.join(parts)})"
+    if f.unit:
+        return micros_to_ts(f"(TRY_CAST({text} AS DOUBLE) * {UNITS[f.unit]!r})")
+    t = f"try_strptime({text}, {sql_str(f.format)})"
+    # a pattern with an offset (%z) gives a time with a zone: stored in UTC like any other
+    return (f"CAST(CASE WHEN {t} >= TIMESTAMP '1900-01-01' AND {t} < TIMESTAMP '2200-01-01' "
+            f"THEN {t} END AS TIMESTAMP)")
+
+
 def _cast(v: str, cast: str) -> str:
     text = f"({v}->>'$')"
     if cast == "time":
         return any_time_to_ts(v)
     if cast == "str":
         return text
+    if cast == "json":  # arguments: the JSON as text, so action_key can mask and hash it
+        return f"CAST({v} AS VARCHAR)"
+    if cast == "text":  # a result: its text when a string, else its JSON, first 4 KiB
+        return (f"left(CASE json_type({v}) WHEN 'VARCHAR' THEN {text} "
+                f"ELSE CAST({v} AS VARCHAR) END, 4096)")
     if cast == "int":
         return f"TRY_CAST(TRY_CAST({text} AS DOUBLE) AS INTEGER)"
     if cast == "bigint":
@@ -340,7 +535,7 @@ def _literal(value: Any) -> str:
 
 def select_sql(ctx: FormatContext) -> str:
     p = plan(ctx)
-    exprs = [f"{_cast(_value(f.path), f.cast)} AS {f.column}" for f in p.fields]
+    exprs = [_field_sql(f) for f in p.fields]
     exprs += [f"{_literal(value)} AS {column}" for column, value in p.constants]
     columns = p.columns()
     if "kind" not in columns:
@@ -352,7 +547,8 @@ def select_sql(ctx: FormatContext) -> str:
         exprs.append(f"nullif(CAST(json_merge_patch(text, {nulls}) AS VARCHAR), '{{}}') AS extra")
     else:
         exprs.append("nullif(CAST(json(text) AS VARCHAR), '{}') AS extra")
-    tops = sorted({f.path[0] for f in p.fields})
+    tops = sorted({path[0] for f in p.fields if not f.from_first_line
+                   for path in (f.path, *f.paths, *(c.path for c in (f.when, f.test) if c))})
     parsed = "raw"
     if tops:
         spec = sql_str(json.dumps({k: "JSON" for k in tops}))
@@ -375,4 +571,5 @@ FORMAT = Format(
     select_sql=select_sql,
     file_keys=file_keys,
     priority=99,
+    notes=unmatched,
 )
