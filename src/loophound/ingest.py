@@ -564,6 +564,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         rep.lines = state.next_line - 1
         rep.pending = state.partial
         rep.warnings += _warnings(con) + mapper.warnings()
+        rep.warnings += fmt.notes(ctx) if fmt.notes else []
         digest = hasher.hexdigest()  # of exactly the bytes up to the watermark
         rep.sha256 = digest
         if known is None:
