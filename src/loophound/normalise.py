@@ -27,20 +27,27 @@ MASKS: tuple[tuple[str, str], ...] = (
 _COMPILED = tuple((re.compile(p, re.ASCII), t) for p, t in MASKS)
 
 
-def mask(text: str | None) -> str | None:
-    """`text` with ids, times, addresses, hashes and numbers replaced by tokens."""
+NUMBER = "<NUM>"  # the token of the last mask: bare numbers
+
+
+def mask(text: str | None, numbers: bool = True) -> str | None:
+    """`text` with ids, times, addresses, hashes and numbers replaced by tokens; with
+    `numbers=False`, bare numbers are kept (`item 17` and `item 18` stay apart: a batch walking
+    through items is not one call repeated)."""
     if text is None:
         return None
     for pattern, token in _COMPILED:
-        text = pattern.sub(token, text)
+        if numbers or token != NUMBER:
+            text = pattern.sub(token, text)
     return text
 
 
-def mask_sql(expr: str) -> str:
+def mask_sql(expr: str, numbers: bool = True) -> str:
     """SQL: the same masking as `mask`, over a VARCHAR expression."""
     out = expr
     for pattern, token in MASKS:
-        out = f"regexp_replace({out}, {sql_literal(pattern)}, {sql_literal(token)}, 'g')"
+        if numbers or token != NUMBER:
+            out = f"regexp_replace({out}, {sql_literal(pattern)}, {sql_literal(token)}, 'g')"
     return out
 
 

@@ -55,6 +55,9 @@ class FormatProfile:
     terminal_errors: tuple[str, ...] = ()
     # errors the service's own rate guard answers with (bproxy)
     rate_guard_errors: tuple[str, ...] = ()
+    # the `extra` key holding a message's text (its content, as JSON when it is not a plain
+    # string), which repeated_message compares after masking
+    text_key: str | None = None
 
 
 @dataclass(frozen=True)

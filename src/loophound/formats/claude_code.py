@@ -66,7 +66,15 @@ from ._agents import (
     records_before,
     run_started,
 )
-from .base import Format, FormatContext, iso_to_ts, json_fields, sql_str, struct_spec
+from .base import (
+    Format,
+    FormatContext,
+    FormatProfile,
+    iso_to_ts,
+    json_fields,
+    sql_str,
+    struct_spec,
+)
 
 MAIN_AGENT = "claude"  # the actor of a main session's lines
 TYPES = frozenset({"user", "assistant", "summary", "system", "file-history-snapshot",
@@ -227,6 +235,10 @@ def _count_usage_once(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
     """)
 
 
+# What detectors may know: a message's text is `extra.text` (repeated_message compares it).
+PROFILE = FormatProfile(text_key="text")
+
+
 FORMAT = Format(
     name="claude-code",
     description="Claude Code session transcripts (subagents included): tool calls joined to "
@@ -237,4 +249,5 @@ FORMAT = Format(
     known_keys=KNOWN,
     finish=finish,
     priority=30,
+    profile=PROFILE,
 )

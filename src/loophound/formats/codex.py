@@ -65,7 +65,7 @@ from ._agents import (
     records_before,
     run_started,
 )
-from .base import Format, FormatContext, iso_to_ts, sql_str, struct_spec
+from .base import Format, FormatContext, FormatProfile, iso_to_ts, sql_str, struct_spec
 from .generic import head_records
 
 AGENT = "codex"
@@ -281,6 +281,10 @@ def _count_usage_once(con: duckdb.DuckDBPyConnection) -> None:
     """)
 
 
+# What detectors may know: a message's text is `extra.text` (repeated_message compares it).
+PROFILE = FormatProfile(text_key="text")
+
+
 FORMAT = Format(
     name="codex",
     description="Codex CLI rollout files: function calls joined to their outputs (exit code), "
@@ -291,4 +295,5 @@ FORMAT = Format(
     known_keys=LEGACY,
     finish=finish,
     priority=30,
+    profile=PROFILE,
 )

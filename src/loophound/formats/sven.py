@@ -110,8 +110,9 @@ def select_sql(ctx: FormatContext) -> str:
 
 # What detectors may know of sven (sven-node/src/tools.rs, sven-p2p): both nodes store a
 # message (`direction` tells the copies apart), a message at MAX_HOP_DEPTH is dropped, and an
-# hour's pause starts a new conversation.
-PROFILE = FormatProfile(direction_key="direction", max_hop_depth=4, break_threshold_s=3600.0)
+# hour's pause starts a new conversation; what a message says is its `content`.
+PROFILE = FormatProfile(direction_key="direction", max_hop_depth=4, break_threshold_s=3600.0,
+                        text_key="content")
 
 
 FORMAT = Format(
