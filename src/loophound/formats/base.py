@@ -97,6 +97,11 @@ class Format:
     sub_bits: int = 0
     # what detectors may know of the format (see FormatProfile); neutral by default
     profile: FormatProfile = FormatProfile()
+    # True when the format's SQL keeps the inputs of one batch apart: `select_sql` reads each
+    # line alone (no window over `raw`, nothing from ctx but the path), and `finish` joins
+    # and orders rows only within an input (`event_id >> 32`). Ingest then maps many small
+    # new files of the format in one pass (those whose `select_sql` is the same text).
+    groupable: bool = False
     # Optional: warnings about how this file was read (a mapping key no line holds)
     notes: Callable[[FormatContext], list[str]] | None = None
 

@@ -65,14 +65,16 @@ def select_sql(ctx: FormatContext) -> str:
 def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Give every line of a request the request's action, session and actor (and `answers`,
     its event id), and the request line its outcome, so `WHERE error = ...` finds requests
-    without a join."""
+    without a join. A batch may hold several files (small ones are read together): a line
+    is joined only with lines of its own file (`event_id >> 32`)."""
     _correlate_idless(con, ctx)
     # requests answered in this batch but received before it (an earlier chunk or run): few,
     # so only their ids are looked up in what is stored
     con.execute("""CREATE OR REPLACE TEMP TABLE _orphans AS
-        SELECT DISTINCT corr_id FROM batch
-        WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL
-        EXCEPT SELECT corr_id FROM batch WHERE kind = 'request'""")
+        SELECT DISTINCT corr_id FROM (
+          SELECT event_id >> 32, corr_id FROM batch
+          WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL
+          EXCEPT SELECT event_id >> 32, corr_id FROM batch WHERE kind = 'request')""")
     earlier = ""
     if con.execute("SELECT count(*) FROM _orphans").fetchall()[0][0]:
         _find_requests(con)
@@ -82,15 +84,18 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
                        answers = q.event_id
       FROM (SELECT event_id, corr_id, action, session, actor FROM batch WHERE kind = 'request'
             {earlier}) q
-      WHERE batch.corr_id = q.corr_id AND batch.kind IN ('response', 'lifecycle');
+      WHERE batch.corr_id = q.corr_id AND batch.event_id >> 32 = q.event_id >> 32
+        AND batch.kind IN ('response', 'lifecycle');
       UPDATE batch SET ok = q.ok, error = q.error, latency_ms = q.latency_ms
-      FROM (SELECT corr_id, ok, error, latency_ms FROM batch WHERE kind = 'response') q
-      WHERE batch.corr_id = q.corr_id AND batch.kind = 'request';
+      FROM (SELECT event_id, corr_id, ok, error, latency_ms FROM batch WHERE kind = 'response') q
+      WHERE batch.corr_id = q.corr_id AND batch.event_id >> 32 = q.event_id >> 32
+        AND batch.kind = 'request';
     """)
     if earlier:  # requests already written: their outcome goes beside them (late_outcomes)
         con.execute("""INSERT INTO late_outcomes
             SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
             FROM _found f JOIN batch r ON r.corr_id = f.corr_id AND r.kind = 'response'
+              AND r.event_id >> 32 = f.event_id >> 32
             GROUP BY f.event_id""")
 
 
@@ -128,7 +133,8 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
           WHEN corr_id IS NOT NULL OR kind NOT IN ('request', 'response', 'lifecycle')
           THEN corr_id
           ELSE 'L' || CAST(coalesce(max(CASE WHEN kind = 'request' THEN line END)
-                        OVER (ORDER BY line ROWS UNBOUNDED PRECEDING), ?) AS VARCHAR)
+                        OVER (PARTITION BY event_id >> 32 ORDER BY line ROWS UNBOUNDED PRECEDING),
+                        ?) AS VARCHAR)
           END AS corr_id)
         FROM batch
         """,
@@ -158,4 +164,5 @@ FORMAT = Format(
     finish=finish,
     priority=10,
     profile=PROFILE,
+    groupable=True,
 )

@@ -344,7 +344,7 @@ def plan(ctx: FormatContext, records: list[dict] | None = None) -> Plan:
     """What this file's columns are read from: the mapping file, or the automatic guess."""
     raw = ctx.options.get("mapping")
     if records is None:
-        records = head_records(ctx.path)
+        return _planned(ctx)[1]
     mapping = validate_mapping(raw) if raw is not None else {"fields": {}, "constants": {},
                                                               "auto": True}
     fields = [_field(column, spec, records) for column, spec in mapping["fields"].items()]
@@ -398,8 +398,7 @@ def unmatched(ctx: FormatContext) -> list[str]:
     file (ingest reports them as warnings)."""
     if ctx.options.get("mapping") is None:
         return []
-    records = head_records(ctx.path)
-    p = plan(ctx, records)
+    records, p = _planned(ctx)
     out = []
     for f in p.fields:
         for path in f.paths or (f.path,):
@@ -412,10 +411,34 @@ def unmatched(ctx: FormatContext) -> list[str]:
 def file_keys(ctx: FormatContext) -> tuple[frozenset[str], frozenset[str]]:
     """(mapped, known) top-level keys for this file, for ingest's `extra` bookkeeping: the
     keys mapped whole, and every other key seen in the file's first records."""
-    records = head_records(ctx.path)
-    mapped = plan(ctx, records).consumed_keys()
+    records, p = _planned(ctx)
+    mapped = p.consumed_keys()
     seen = frozenset(k for r in records for k in r)
     return mapped, seen - mapped
+
+
+_PLANNED: dict[tuple, tuple[list[dict], Plan]] = {}
+
+
+def _planned(ctx: FormatContext) -> tuple[list[dict], Plan]:
+    """The file's first records and its plan, worked out once for both `file_keys` and
+    `select_sql` (each read and parsed the head: half a millisecond a small file). Kept
+    while the file is as it was (inode, size and modification time)."""
+    try:
+        st = ctx.path.stat()
+        key: tuple | None = (str(ctx.path), st.st_ino, st.st_size, st.st_mtime_ns,
+                             json.dumps(ctx.options.get("mapping"), sort_keys=True, default=str))
+    except OSError:
+        key = None
+    if key is None or key not in _PLANNED:
+        records = head_records(ctx.path)
+        found = (records, plan(ctx, records))
+        if key is None:
+            return found
+        if len(_PLANNED) >= 8:
+            _PLANNED.clear()
+        _PLANNED[key] = found
+    return _PLANNED[key]
 
 
 # -- SQL ---------------------------------------------------------------------------------------
@@ -571,5 +594,6 @@ FORMAT = Format(
     select_sql=select_sql,
     file_keys=file_keys,
     priority=99,
+    groupable=True,
     notes=unmatched,
 )

@@ -71,4 +71,5 @@ FORMAT = Format(
     mapped_keys=frozenset(FIELDS),
     known_keys=frozenset(KNOWN),
     priority=40,
+    groupable=True,
 )

@@ -133,55 +133,60 @@ def select_sql(ctx: FormatContext) -> str:
 
 def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Number the episodes over the whole file (earlier batches included) and give LLM lines
-    the time and episode of their step, and attempts the backend of their proposal."""
+    the time and episode of their step, and attempts the backend of their proposal. A batch
+    may hold several files (small ones are read together): each is numbered on its own
+    (`input`, the event id's high half)."""
     if not con.execute("SELECT count(*) FROM batch").fetchall()[0][0]:
         return
     earlier = """UNION ALL
-        SELECT line, kind, ts, corr_id, actor, false AS fresh FROM stored_events
+        SELECT event_id >> 32, line, kind, ts, corr_id, actor, false AS fresh FROM stored_events
         WHERE line < (SELECT min(line) FROM batch)"""
     if not con.execute("SELECT count(*) FROM stored_events").fetchall()[0][0]:
         earlier = ""
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE _lt AS
-        SELECT line, kind, ts, corr_id, actor, true AS fresh FROM batch
+        SELECT event_id >> 32 AS input, line, kind, ts, corr_id, actor, true AS fresh FROM batch
         {earlier};
       CREATE OR REPLACE TEMP TABLE _ep AS
         WITH s AS (
           SELECT *, coalesce(sum(CASE WHEN kind = 'audit' THEN 1 ELSE 0 END) OVER (
-                   ORDER BY line ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                   AS digests_before,
+                   PARTITION BY input ORDER BY line
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS digests_before,
                  max(CASE WHEN kind = 'step' THEN line END) OVER (
-                   ORDER BY line ROWS UNBOUNDED PRECEDING) AS prev_step,
+                   PARTITION BY input ORDER BY line ROWS UNBOUNDED PRECEDING) AS prev_step,
                  min(CASE WHEN kind = 'step' THEN line END) OVER (
-                   ORDER BY line ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_step
+                   PARTITION BY input ORDER BY line
+                   ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_step
           FROM _lt),
         steps AS (
-          SELECT line, ts, digests_before,
-                 lag(ts) OVER (ORDER BY line) AS prev_ts,
-                 lag(digests_before) OVER (ORDER BY line) AS prev_digests
+          SELECT input, line, ts, digests_before,
+                 lag(ts) OVER (PARTITION BY input ORDER BY line) AS prev_ts,
+                 lag(digests_before) OVER (PARTITION BY input ORDER BY line) AS prev_digests
           FROM s WHERE kind = 'step'),
         numbered AS (
-          SELECT line, ts, 1 + sum(CASE WHEN prev_ts IS NOT NULL
-                                         AND (ts < prev_ts OR digests_before > prev_digests)
-                                        THEN 1 ELSE 0 END)
-                                 OVER (ORDER BY line ROWS UNBOUNDED PRECEDING) AS ep
+          SELECT input, line, ts, 1 + sum(CASE WHEN prev_ts IS NOT NULL
+                                               AND (ts < prev_ts OR digests_before > prev_digests)
+                                              THEN 1 ELSE 0 END)
+                                 OVER (PARTITION BY input ORDER BY line ROWS UNBOUNDED PRECEDING)
+                                 AS ep
           FROM steps)
-        SELECT s.line, s.fresh, s.kind, s.corr_id, s.actor,
+        SELECT s.input, s.line, s.fresh, s.kind, s.corr_id, s.actor,
                coalesce(n.ep, 1 + s.digests_before) AS ep, n.ts AS anchor_ts
-        FROM s LEFT JOIN numbered n ON n.line = CASE
+        FROM s LEFT JOIN numbered n ON n.input = s.input AND n.line = CASE
           WHEN s.kind = 'repair_attempt' THEN coalesce(s.next_step, s.prev_step)
           ELSE coalesce(s.prev_step, s.next_step) END;
       CREATE OR REPLACE TEMP TABLE _backend AS
-        SELECT ep, corr_id, min(actor) AS actor FROM _ep
+        SELECT input, ep, corr_id, min(actor) AS actor FROM _ep
         WHERE kind = 'llm_call' AND corr_id IS NOT NULL AND actor IS NOT NULL
-        GROUP BY ep, corr_id;
+        GROUP BY input, ep, corr_id;
       UPDATE batch SET session = 'episode-' || CAST(e.ep AS VARCHAR),
                        ts = coalesce(batch.ts, e.anchor_ts)
-      FROM _ep e WHERE e.fresh AND e.line = batch.line;
+      FROM _ep e WHERE e.fresh AND e.input = batch.event_id >> 32 AND e.line = batch.line;
       UPDATE batch SET actor = k.actor
       FROM _ep e, _backend k
       WHERE batch.kind = 'repair_attempt' AND batch.actor IS NULL AND e.fresh
-        AND e.line = batch.line AND k.ep = e.ep AND k.corr_id = batch.corr_id;
+        AND e.input = batch.event_id >> 32 AND e.line = batch.line
+        AND k.input = e.input AND k.ep = e.ep AND k.corr_id = batch.corr_id;
       DROP TABLE _lt; DROP TABLE _ep; DROP TABLE _backend;
     """)
 
@@ -244,4 +249,5 @@ FORMAT = Format(
     read_companion=read_companion,
     priority=30,
     profile=PROFILE,
+    groupable=True,
 )

@@ -124,4 +124,5 @@ FORMAT = Format(
     known_keys=frozenset(KNOWN),
     priority=20,
     profile=PROFILE,
+    groupable=True,
 )
