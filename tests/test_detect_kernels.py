@@ -87,6 +87,23 @@ def test_the_close_the_caller_ignored_is_the_findings_evidence():
     assert f.severity == "high" and "Treat SESSION_NOT_FOUND as terminal" in f.recommendation
 
 
+def test_errors_that_differ_only_in_ids_are_one_error():
+    import pyarrow as pa
+
+    texts = ["lock held by pid 4182", "lock held by pid 977", "disk full", "lock held by pid 4182"]
+    raw = np.array([hash(x) for x in texts])
+    number, by_hash = re_.masked_errors(raw, pa.chunked_array([texts]), np.arange(len(texts)))
+    assert number[0] == number[1] == number[3] != number[2]
+    assert by_hash[raw[1]] == "lock held by pid 977"
+    gaps = re_.gap_figures(np.array([0, 1]))
+    run = re_.ErrorRun("a", "s", "lock", texts[0], 2, T0, T0, gaps, 0, False, variants=texts[:2])
+    assert run.errors == texts[:2]
+    assert re_.ErrorRun("a", "s", "lock", "x", 2, T0, T0, gaps, 0, False).errors == ["x"]
+    f = re_.describe(run, Severity.HIGH, re_.Params())
+    assert f.claim_params["errors"] == texts[:2] and f.details["error_variants"] == 2
+    assert "2 texts that differ only in ids" in f.summary
+
+
 # --- ping_pong ---------------------------------------------------------------------------------
 
 def test_depth_chains_restart_where_the_depth_drops():

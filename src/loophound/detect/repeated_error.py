@@ -5,6 +5,8 @@ same error, with no success and no gap longer than `max_gap_s` between them. Ret
 a loop by itself: a caller that backs off (gaps that keep growing) or stops after a few tries
 is healthy; one that keeps firing at a steady pace after the service said "never retry" is
 the seed-001 incident. Severity says which, and the finding shows the gaps that decided it.
+Errors are the same when their texts are equal after masking ids, times, hashes and numbers
+(normalise.py): `lock held by pid 4182` and `lock held by pid 977` are one error.
 
 - measure: the runs (`failure_runs` cuts them, `gap_figures` sums up their gaps), with what
   should have stopped the caller (a close of the session before the run) and whether the
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from ..normalise import mask
 from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
@@ -65,7 +68,7 @@ WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NUL
 """
 
 CLAIM = claim_units(
-    "e.error = $error AND e.actor IS NOT DISTINCT FROM $actor "
+    "list_contains($errors, e.error) AND e.actor IS NOT DISTINCT FROM $actor "
     "AND e.session IS NOT DISTINCT FROM $session AND e.action IS NOT DISTINCT FROM $action "
     "AND list_contains($kinds, e.kind)")
 
@@ -112,6 +115,13 @@ class ErrorRun:
     input: int  # the input its first attempt was read from
     retry_never: bool  # the service's format marks the error as never to retry
     terminal: Terminal | None = None
+    # the error's texts in the run, when they differ only in ids, times or numbers
+    variants: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        """The error texts the run claims: every variant, or the one error."""
+        return self.variants or [self.error]
 
 
 def failure_runs(group: np.ndarray, t: np.ndarray, error: np.ndarray, failed: np.ndarray,
@@ -136,6 +146,17 @@ def failure_runs(group: np.ndarray, t: np.ndarray, error: np.ndarray, failed: np
         else:  # one run of nothing but failures: no need to look for them
             out.append((0, len(t)))
     return out
+
+
+def masked_errors(raw: np.ndarray, errors, order: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Per attempt (`raw`: the hash of its error text, in `order` of the `errors` column), a
+    number that is the same for errors whose texts are equal after masking ids, times and
+    numbers; and each raw hash's text. Each distinct text is masked once."""
+    hashes, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    texts = {h: errors[int(order[i])].as_py() for h, i in zip(hashes, first, strict=True)}
+    ids: dict[str | None, int] = {}
+    number = np.array([ids.setdefault(mask(texts[h]), len(ids)) for h in hashes], dtype=np.int64)
+    return number[inverse], texts
 
 
 def gap_figures(times_ms: np.ndarray) -> Gaps:
@@ -173,17 +194,21 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
     g = table["g"].to_numpy()
     order = np.lexsort((event_id, t, g))
     g, t, event_id = g[order], t[order], event_id[order]
-    err = table["error_hash"].to_numpy()[order]  # the same error text, the same hash
+    # the same error text after masking ids and numbers (normalise.py), the same number
+    raw = table["error_hash"].to_numpy()[order]
+    err, texts = masked_errors(raw, table["error"], order)
     failed = table["erred"].to_numpy()[order] & ~table["ok"].to_numpy()[order]
     out = []
     for lo, hi in failure_runs(g, t, err, failed, p.min_count, p.max_gap_s * 1000):
         actor, session, action = groups[int(g[lo])]
         first_input = int(event_id[lo]) >> 32
         error = table["error"][int(order[lo])].as_py()
+        variants = sorted(texts[h] for h in np.unique(raw[lo:hi][failed[lo:hi]]))
         out.append(ErrorRun(
             actor=actor, session=session, action=action, error=error, count=hi - lo,
             start=_ts(t[lo]), stop=_ts(t[hi - 1]), gaps=gap_figures(t[lo:hi]), input=first_input,
-            retry_never=error in profile(format_of.get(first_input)).terminal_errors))
+            retry_never=error in profile(format_of.get(first_input)).terminal_errors,
+            variants=variants if len(variants) > 1 else []))
     out.sort(key=lambda r: (r.start, str(r.actor), str(r.session), str(r.action)))
     for r in out:
         r.terminal = _terminal_signal(con, r)
@@ -263,6 +288,8 @@ def describe(r: ErrorRun, severity: Severity, p: Params) -> Finding:
         f"{rate:.3g}/s, and got {r.error} every time"
         + ("; the gaps grew, so the caller was backing off" if pc.backing_off else
            "; it never backed off")
+        + (f" ({len(r.variants):,} texts that differ only in ids, times or numbers, e.g. "
+           f"{r.variants[-1]})" if r.variants else "")
         + (f"; {terminal.note}" if terminal else "")
         + (" Near-constant gaps: a machine loop (metronome cadence)." if pc.metronome else "")
     )
@@ -276,7 +303,7 @@ def describe(r: ErrorRun, severity: Severity, p: Params) -> Finding:
         targets=[],
         sessions=[r.session] if r.session else [],
         claim_sql=CLAIM,
-        claim_params={"start": r.start, "stop": r.stop, "error": r.error,
+        claim_params={"start": r.start, "stop": r.stop, "errors": r.errors,
                       "actor": r.actor, "session": r.session, "action": r.action,
                       "kinds": list(ATTEMPT_KINDS)},
         unit_kinds=ATTEMPT_KINDS,
@@ -287,7 +314,8 @@ def describe(r: ErrorRun, severity: Severity, p: Params) -> Finding:
             "last_gaps_ms": r.gaps.last, "backing_off": pc.backing_off, "metronome": pc.metronome,
             "tight_loop": pc.tight, "retry_hint_never": r.retry_never,
             "terminal_signal": dataclasses.asdict(terminal) if terminal else None,
-        },
+        } | ({"error_variants": len(r.variants), "error_examples": r.variants[:5]}
+             if r.variants else {}),
         evidence=[EvidenceLine(terminal.file, terminal.line, terminal.note)] if terminal else [],
     )
 
