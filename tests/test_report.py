@@ -460,3 +460,21 @@ def test_report_and_investigate_commands(sample_store, tmp_path):
     r = runner.invoke(app, ["report", "--store", str(sample_store.root), "--out", str(out),
                             "--generated-at", "yesterday"])
     assert r.exit_code != 0
+
+
+def test_a_scan_not_saved_in_the_store_has_views_of_its_own(sample, sample_store, tmp_path):
+    """A report made from a scan in memory (other settings, or a run saved in a folder) reads
+    `findings` and `finding_events` of that scan, not of the store's last saved run."""
+    saved = sample[0].document
+    for kwargs in ({"save": False}, {"save_to": tmp_path / "run"}):
+        result = scan_store(sample_store, overrides=["repeated_error.min_count=100000"],
+                            **kwargs)
+        ids = sorted(f["id"] for f in result.document["findings"])
+        assert len(ids) < len(saved["findings"])
+        con = result.con
+        assert sorted(r[0] for r in con.execute("SELECT id FROM findings").fetchall()) == ids
+        claimed = {r[0] for r in con.execute(
+            "SELECT DISTINCT finding_id FROM finding_events").fetchall()}
+        assert claimed == set(ids)
+        rows = queries.records(con, "largest_findings", limit=100)
+        assert sorted(r["id"] for r in rows) == ids

@@ -69,6 +69,9 @@ class Finding:
     # the detector's own picks, shown first; attribution adds the first and last claimed lines
     evidence: list[EvidenceLine] = field(default_factory=list)
     evidence_limit: int = 5
+    # how it reads as a corroborating signal of a loop another finding describes best
+    # ("a rate spike 98× its baseline"): the incident's "also seen as"; default: the title
+    signal: str = ""
 
     def __post_init__(self) -> None:
         # one of the vocabulary's words, kept as the plain string the JSON and Parquet hold
