@@ -101,6 +101,10 @@ class Detector:
     # what an event of those kinds must carry for it to judge it: every group, one column of
     # each (coverage.py counts the events a detector could judge; none means "not judged")
     needs: tuple[tuple[str, ...], ...] = (("ts",),)
+    # what its findings are about, for the report's pictures (report/model.py SHAPE_EXTRAS):
+    # `events` (a rate over time), `pair` (two parties exchanging messages: a sequence),
+    # `cycle` (agents triggering each other in a ring: a graph)
+    shape: str = "events"
 
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug

@@ -434,4 +434,5 @@ DETECTOR = Detector(
     rank=40,
     reads=("message", "room_post", "record", "trigger", "session_start", "session_end"),
     needs=(("ts",), ("depth",)),
+    shape="pair",
 )

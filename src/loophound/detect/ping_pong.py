@@ -406,4 +406,5 @@ DETECTOR = Detector(
     rank=30,
     reads=("message", "room_post", "record"),
     needs=(("ts",), ("actor",), ("target",)),
+    shape="pair",
 )

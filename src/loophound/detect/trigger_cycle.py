@@ -347,4 +347,5 @@ DETECTOR = Detector(
     rank=20,
     reads=("trigger", "session_start", "session_end"),
     needs=(("ts",), ("actor",), ("target",)),
+    shape="cycle",
 )
