@@ -185,14 +185,22 @@ def test_settled_files_are_checked_by_size_and_tail_not_read_again(tmp_path, mon
         (logs / f"day-{i}.log").write_text(pair(10 * i) + pair(10 * i + 1))
     store = Store(tmp_path / "st")
     ingest([str(logs)], store)
-    read_into_store = ingest_module._read_into_store
+    read_into_store, read_with_others = ingest_module._read_into_store, ingest_module._Group.add
 
-    def refuse(path, *args, **kwargs):
+    def check(path):
         if path.name != "day-2.log":
             raise AssertionError(f"{path.name} is unchanged and was read again")
+
+    def refuse(path, *args, **kwargs):
+        check(path)
         return read_into_store(path, *args, **kwargs)
 
+    def refuse_in_group(group, path, *args, **kwargs):  # a small new file is read in a group
+        check(path)
+        return read_with_others(group, path, *args, **kwargs)
+
     monkeypatch.setattr(ingest_module, "_read_into_store", refuse)
+    monkeypatch.setattr(ingest_module._Group, "add", refuse_in_group)
     with (logs / "day-2.log").open("a") as fh:
         fh.write(pair(99))
     report = ingest([str(logs)], store)

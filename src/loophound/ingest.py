@@ -8,19 +8,23 @@ row; every file gets a SHA-256, a size and a line count.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import glob
 import hashlib
+import io
 import json
 import os
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,6 +35,7 @@ from .formats.base import Format, FormatContext
 from .formats.generic import validate_mapping
 from .lines import (
     BOM,
+    CHUNK_BYTES,
     MAX_LINE_BYTES,
     LineBatch,
     ReadState,
@@ -172,6 +177,60 @@ class Known:
     format: str
     sha_state: bytes | None  # SHA-256 midstate at `bytes` (resumable), when libcrypto is there
     tail_sha256: str | None  # SHA-256 of the TAIL_LEN bytes before `bytes`
+    lines_sha256: str | None = None  # SHA-256 of the head up to its last newline
+
+
+def _lines_sha256(head: bytes) -> str | None:
+    """SHA-256 of a head's complete lines (up to its last newline), None when it has none."""
+    cut = head.rfind(b"\n") + 1
+    return hashlib.sha256(head[:cut]).hexdigest() if cut else None
+
+
+class _HeadIndex:
+    """Heads (length, SHA-256) to be found from a file's first bytes without comparing them
+    with every one: a head of HEAD_LEN bytes by its hash; a shorter one (all of a small file)
+    by the hash of its complete lines, looked up once per line of the file. Only a short head
+    without a newline, or one stored by a version that kept no such hash, is looked up by its
+    length (a hash for each length). A folder of 10,000 small logs has about as many head
+    lengths: looking each up cost 5 ms a file."""
+
+    def __init__(self) -> None:
+        self.by_head: dict[tuple[int, str], list] = {}
+        self.by_lines: dict[str, list] = {}
+        self.odd_lens: set[int] = set()
+
+    def add(self, k) -> None:
+        self.by_head.setdefault((k.head_len, k.head_sha256), []).append(k)
+        if k.head_len >= HEAD_LEN:
+            return
+        if k.lines_sha256:
+            self.by_lines.setdefault(k.lines_sha256, []).append(k)
+        else:
+            self.odd_lens.add(k.head_len)
+
+    def remove(self, k) -> None:
+        self.by_head[(k.head_len, k.head_sha256)].remove(k)
+        if k.head_len < HEAD_LEN and k.lines_sha256:
+            self.by_lines[k.lines_sha256].remove(k)
+
+    def find(self, head: bytes) -> list:
+        """Every head `head` starts with."""
+        def sha(n: int) -> str:
+            return hashlib.sha256(head[:n]).hexdigest()
+
+        found = list(self.by_head.get((HEAD_LEN, sha(HEAD_LEN)), ())) if len(head) >= HEAD_LEN else []
+        if self.by_lines:
+            running, start, end = hashlib.sha256(), 0, min(len(head), HEAD_LEN - 1)
+            while (nl := head.find(b"\n", start, end)) >= 0:
+                running.update(head[start:nl + 1])
+                start = nl + 1
+                found += [k for k in self.by_lines.get(running.hexdigest(), ())
+                          if k.head_len == start or (len(head) >= k.head_len
+                                                     and sha(k.head_len) == k.head_sha256)]
+        for n in self.odd_lens:
+            if len(head) >= n:
+                found += self.by_head.get((n, sha(n)), ())
+        return found
 
 
 class _CatalogCache:
@@ -179,8 +238,7 @@ class _CatalogCache:
     lock nobody else changes it, and each open of the catalog costs tens of milliseconds."""
 
     def __init__(self, store: Store):
-        self.by_head: dict[tuple[int, str], list[Known]] = {}
-        self.head_lens: set[int] = set()  # the stored head lengths: a hash each to look up
+        self.heads = _HeadIndex()
         with store.catalog_connection(read_only=True) as con:
             self.known = _read_known(con)
             self.next = {t: con.execute(f"SELECT coalesce(max({c}), 0) + 1 FROM {t}").fetchall()[0][0]
@@ -199,15 +257,14 @@ class _CatalogCache:
 
     def remember(self, k: Known) -> None:
         """What the catalog now says of input `k.input_id`, kept as a commit writes it (not read
-        back: a first scan of 300 logs would read all inputs 300 times). Indexed by (head
-        length, head SHA-256), so a folder of 300 logs is matched with 300 lookups, not
-        300 × 300 comparisons."""
+        back: a first scan of 300 logs would read all inputs 300 times). Indexed by head
+        (`_HeadIndex`), so a folder of 300 logs is matched with 300 lookups, not 300 × 300
+        comparisons."""
         old = self._known.get(k.input_id)
         if old is not None:
-            self.by_head[(old.head_len, old.head_sha256)].remove(old)
+            self.heads.remove(old)
         self._known[k.input_id] = k
-        self.by_head.setdefault((k.head_len, k.head_sha256), []).append(k)
-        self.head_lens.add(k.head_len)
+        self.heads.add(k)
 
     def take_id(self, table: str) -> int:
         self.next[table] += 1
@@ -239,8 +296,8 @@ def _known_inputs(store: Store) -> list[Known]:
 def _read_known(con: duckdb.DuckDBPyConnection) -> list[Known]:
     rows = con.execute(
         "SELECT input_id, path, sha256, bytes, lines, head_sha256, head_len, "
-        "coalesce(ended_without_newline, false), format, sha_state, tail_sha256 "
-        "FROM inputs ORDER BY input_id"
+        "coalesce(ended_without_newline, false), format, sha_state, tail_sha256, "
+        "head_lines_sha256 FROM inputs ORDER BY input_id"
     ).fetchall()
     return [Known(*r) for r in rows]
 
@@ -248,8 +305,7 @@ def _read_known(con: duckdb.DuckDBPyConnection) -> list[Known]:
 
 def _match(head: bytes, resolved: str, cache: _CatalogCache) -> Known | None:
     """The stored input this file continues: same first bytes, same path preferred."""
-    candidates = [k for n in cache.head_lens if len(head) >= n
-                  for k in cache.by_head.get((n, hashlib.sha256(head[:n]).hexdigest()), [])]
+    candidates = cache.heads.find(head)
     # the same path first; of its inputs the newest (a generation started when the file was
     # cut back); else the largest (of a rotated log's copies, the one read furthest)
     candidates.sort(key=lambda k: (k.path != resolved, -k.input_id if k.path == resolved
@@ -279,17 +335,21 @@ def ingest(
     total = sum(p.stat().st_size for p, _ in files)
     done = 0
     companions_seen: set[Path] = set()
-    with store.writing(wait=options.wait, on_wait=on_wait):
+    with store.writing(wait=options.wait, on_wait=on_wait), _CatalogHold(store) as hold:
         store._ingest_cache = None  # read afresh under the lock
+        group = _Group(store, options)
         for path, shown in files:
             size = path.stat().st_size
+            hold.tick()
 
             def progress(n: int, base=done) -> None:
                 if on_progress:
                     on_progress(base + n, total)
 
-            rep = _ingest_file(path, shown, store, forced, options, progress)
+            rep = _ingest_file(path, shown, store, forced, options, progress, group)
             report.files.append(rep)
+            if group.full():
+                group.flush()
             fmt = formats.get(rep.format) if rep.format else None
             for companion in fmt.companions(path) if fmt and fmt.companions else []:
                 if companion.resolve() not in companions_seen:
@@ -299,6 +359,7 @@ def ingest(
             done += size
             if on_progress:
                 on_progress(done, total)
+        group.flush()
         store.record_skipped(
             [(f.path, f.skipped_reason or "") for f in report.files
              if f.status == "skipped" and not (f.skipped_reason or "").startswith(NOT_A_LOG)],
@@ -307,7 +368,7 @@ def ingest(
 
 
 def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
-                 options: IngestOptions, progress) -> FileReport:
+                 options: IngestOptions, progress, group: _Group | None = None) -> FileReport:
     rep = FileReport(shown)
     try:
         head = read_head(path, SNIFF_BYTES)
@@ -315,6 +376,9 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
         rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
         return rep
     known = _match(head, str(path), _cache(store))  # `path` is resolved (discover)
+    if known is None and group is not None and group.heads.find(head):
+        group.flush()  # it starts like a file of the group: that one is committed first
+        known = _match(head, str(path), _cache(store))
     # a file read before keeps the format it was read with
     fmt = forced or (formats.FORMATS.get(known.format) if known else None) or formats.sniff(head, path)
     if fmt is None:
@@ -328,7 +392,17 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
         return rep
     if known is not None and _start_generation(path, shown, store, fmt, known, head, rep):
         return rep
+    _read_file(path, shown, store, fmt, known, options, rep, progress, head, group)
+    return rep
+
+
+def _read_file(path: Path, shown: str, store: Store, fmt: Format, known: Known | None,
+               options: IngestOptions, rep: FileReport, progress, head: bytes,
+               group: _Group | None = None) -> None:
+    """Read the file's new bytes into the store: now, or (a small new file) with a group."""
     try:
+        if known is None and group is not None and group.add(path, shown, fmt, head, rep):
+            return
         _read_into_store(path, shown, store, fmt, known, options, rep, progress, head)
     except (OSError, EOFError) as exc:
         rep.warnings.append(f"stopped reading: {exc} (a damaged or truncated compressed file?); "
@@ -338,7 +412,6 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
         rep.skipped_reason = (f"the {fmt.name} format could not map this file ({exc}); nothing "
                               "of it was stored. This is a loophound bug: please report it with "
                               "the file's first lines")
-    return rep
 
 
 def _start_generation(path: Path, shown: str, store: Store, fmt: Format, known: Known,
@@ -495,7 +568,9 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         con = db.scratch()
         create_batch_table(con)
         batch_id = _next_id(store, "batches", "batch_id")
-        sink = _ChunkSink(con, fmt, ctx, store, batch_id)
+        # threads pay off only when there are several chunks to overlap (each costs 1-2 ms)
+        threaded = path.stat().st_size * (8 if compressed else 1) > CHUNK_BYTES
+        sink = _ChunkSink(con, fmt, ctx, store, batch_id, threaded)
         rejected: list[Rejected] = []
         first_offset = state.next_offset
         range_hash = hashlib.sha256()
@@ -533,8 +608,9 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         stream = StopAtDamage(stream, state.next_offset, compressed)
         mapper = _Mapper(con, fmt, ctx)
         try:
-            chunks = _read_ahead(read_lines(stream, state, on_consumed=on_consumed,
-                                            on_read=on_read, max_line_bytes=options.max_line_bytes))
+            chunks = read_lines(stream, state, on_consumed=on_consumed, on_read=on_read,
+                                max_line_bytes=options.max_line_bytes)
+            chunks = _read_ahead(chunks) if threaded else chunks
             batch = next(chunks, None)
             while batch is not None:
                 rejected.extend(mapper.map(batch))
@@ -554,16 +630,14 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         finally:
             events = sink.close()
         if stream.damage:
-            rep.warnings.append(
-                f"stopped reading: {stream.damage}; a damaged or cut-short compressed file? "
-                f"The {state.next_line - 1:,} complete lines before that point are kept")
+            rep.warnings.append(_damage_warning(stream.damage, state.next_line - 1))
         _record_late_outcomes(store, con)
         ts_range = con.execute("SELECT min(ts), max(ts) FROM file_rows").fetchall()[0]
         rep.events, rep.new_bytes = events, state.next_offset - first_offset
         rep.quarantined = Counter(r.reason for r in rejected)
         rep.lines = state.next_line - 1
         rep.pending = state.partial
-        rep.warnings += _warnings(con) + mapper.warnings()
+        rep.warnings += _warnings(con) + _unknown_warning(fmt.name, mapper.unknown)
         rep.warnings += fmt.notes(ctx) if fmt.notes else []
         digest = hasher.hexdigest()  # of exactly the bytes up to the watermark
         rep.sha256 = digest
@@ -593,6 +667,303 @@ def _record_late_outcomes(store: Store, con: duckdb.DuckDBPyConnection) -> None:
         return
     with store.catalog_connection() as cat:
         cat.executemany("INSERT INTO outcomes VALUES (?, ?, ?, ?)", rows)
+
+
+# -- many small files, read together ----------------------------------------------------------
+
+GROUP_FILE_BYTES = 1 << 20  # a new file smaller than this (on disk, and read) joins a group
+GROUP_BYTES = 32 << 20  # a group is committed when it holds this many bytes ...
+GROUP_FILES = 4000  # ... or this many files
+LINE_BITS = 32  # while a group is mapped, its lines are numbered input × 2^32 + line
+ROW_GROUP = 64 * 1024  # rows per Parquet row group of a group's events file
+
+
+@dataclass(eq=False)
+class _Member:
+    """A small new file of a group: read, hashed and split into lines, waiting to be mapped
+    and committed with the others. Its head is kept by `_HeadIndex` (head_len, head_sha256,
+    lines_sha256), so a later file that starts like it is not taken for a new one."""
+
+    path: Path
+    shown: str
+    fmt: Format
+    rep: FileReport
+    input_id: int
+    head: bytes
+    state: ReadState
+    hasher: Sha256
+    tail: bytes  # the last TAIL_LEN bytes read
+    ended_without_newline: bool
+    damage: str | None
+    lines: pa.Table | None  # line, byte_offset, byte_length, text: what is to be mapped
+    rejected: list[Rejected]
+    key: tuple | None  # the mapping: members of one key are mapped by one statement
+    unknown: Counter = field(default_factory=Counter)
+    events: int = 0
+    ts_range: tuple = (None, None)
+
+    @property
+    def head_len(self) -> int:
+        return min(HEAD_LEN, len(self.head))
+
+    @property
+    def head_sha256(self) -> str:
+        return hashlib.sha256(self.head[:HEAD_LEN]).hexdigest()
+
+    @property
+    def lines_sha256(self) -> str | None:
+        return _lines_sha256(self.head[:HEAD_LEN])
+
+
+class _Group:
+    """New small files read together: each is read, hashed and split into lines on its own
+    (Python and numpy, a fraction of a millisecond), then the group is mapped by one SQL
+    statement per format and mapping, written as one events file and one quarantine file,
+    and committed in one catalog transaction. Read alone, a small file cost 50-75 ms of
+    statements, a Parquet file, a thread and a catalog transaction (10,000 small logs: 12
+    minutes), and left one Parquet file per log for every later scan to open.
+
+    Each file is still an input of its own, with its own SHA-256, watermark and batch row
+    (`batches` rows of a group name the same files), and event ids input × 2^32 + line: its
+    appended lines are later read on their own, as any file's. Only formats whose SQL keeps
+    the inputs of one batch apart (`Format.groupable`) are read so; a file whose mapping
+    fails with the others' is read again on its own."""
+
+    def __init__(self, store: Store, options: IngestOptions):
+        self.store, self.options = store, options
+        self.members: list[_Member] = []
+        self.size = 0
+        self.heads = _HeadIndex()  # the members' heads: a file that continues one is not new
+
+    def full(self) -> bool:
+        return self.size >= GROUP_BYTES or len(self.members) >= GROUP_FILES
+
+    def _context(self, path: Path) -> FormatContext:
+        """What a group's mapping may know of a file: its path (sven's node, the generic
+        mapping's head), never its input id or name, which differ row by row."""
+        return FormatContext(path=path, display_path="", input_id=0,
+                             options={"mapping": self.options.mapping} if self.options.mapping else {})
+
+    def add(self, path: Path, shown: str, fmt: Format, head: bytes, rep: FileReport) -> bool:
+        """Read `path` (new to the store) into the group when it is small and its format
+        maps several inputs at once; False when it is to be read on its own."""
+        if not fmt.groupable or fmt.sub_bits or path.stat().st_size >= GROUP_FILE_BYTES:
+            return False
+        with open_binary(path) as raw:
+            stream = StopAtDamage(raw, 0, compression_of(path) is not None)
+            data = bytearray()
+            while len(data) <= GROUP_FILE_BYTES and (piece := stream.read(GROUP_FILE_BYTES)):
+                data += piece
+        if len(data) > GROUP_FILE_BYTES:  # large once decompressed
+            return False
+        data = bytes(data)
+        state = ReadState()
+        batches = list(read_lines(io.BytesIO(data), state, chunk_bytes=max(1, len(data)),
+                                  max_line_bytes=self.options.max_line_bytes))
+        ended_without_newline = False
+        if state.partial is not None and state.tail and _is_json_object(state.tail):
+            batches.append(complete_partial(state.tail, state))
+            state.next_line += 1
+            state.next_offset += len(state.tail)
+            state.partial, state.tail = None, b""
+            ended_without_newline = True
+        hasher = Sha256()
+        hasher.update(data[:state.next_offset])  # exactly the bytes up to the watermark
+        tables = [b.table for b in batches if b.table.num_rows]
+        key = None
+        if tables:
+            ctx = self._context(path)
+            mapped, known = fmt.file_keys(ctx) if fmt.file_keys else (fmt.mapped_keys,
+                                                                      fmt.known_keys)
+            key = (fmt.name, fmt.select_sql(ctx), mapped, mapped | known)
+        member = _Member(
+            path, shown, fmt, rep, _next_id(self.store, "inputs", "input_id"), head, state,
+            hasher, data[max(0, state.next_offset - TAIL_LEN):state.next_offset],
+            ended_without_newline, stream.damage,
+            (pa.concat_tables(tables) if len(tables) > 1 else tables[0]) if tables else None,
+            [r for b in batches for r in b.rejected], key)
+        self.members.append(member)
+        self.heads.add(member)
+        self.size += len(data)
+        return True
+
+    def flush(self) -> None:
+        """Map, write and commit the files read so far."""
+        members, self.members, self.size, self.heads = self.members, [], 0, _HeadIndex()
+        if not members:
+            return
+        con = db.scratch()
+        try:
+            failed = self._map(con, members)
+            self._commit(con, [m for m in members if m not in failed])
+        finally:
+            con.close()
+        for m in failed:  # mapped with the others it failed: alone, as any file is read
+            m.rep.warnings.clear()
+            _read_file(m.path, m.shown, self.store, m.fmt, None, self.options, m.rep,
+                       lambda n: None, m.head)
+
+    def _map(self, con: duckdb.DuckDBPyConnection, members: list[_Member]) -> list[_Member]:
+        """Every member's events into the temp table `_rows`, one mapping at a time; returns
+        the members of mappings that failed as a whole (a line that cannot be mapped is
+        quarantined alone, as in a file read alone: that is not a failure)."""
+        create_batch_table(con)
+        con.execute("CREATE OR REPLACE TEMP TABLE _rows AS SELECT * FROM batch")
+        _stored_views(con, [], 0)  # nothing of a new file is stored
+        db.temp_table(con, "_group_files", {
+            "input_id": ("BIGINT", [m.input_id for m in members]),
+            "file": ("VARCHAR", [m.shown for m in members])})
+        by_key: dict[tuple, list[_Member]] = {}
+        for m in members:
+            if m.key is not None:
+                by_key.setdefault(m.key, []).append(m)
+        failed: list[_Member] = []
+        for same in by_key.values():
+            try:
+                self._map_together(con, same)
+            except duckdb.Error:
+                failed += same
+        return failed
+
+    def _map_together(self, con: duckdb.DuckDBPyConnection, same: list[_Member]) -> None:
+        """Members of one mapping in one pass: their lines are numbered input × 2^32 + line,
+        so that the mapping (made for input 0) gives each line its event id; then the lines
+        get their numbers back, and the events their file's name, before `finish`."""
+        fmt, by_id = same[0].fmt, {m.input_id: m for m in same}
+        create_batch_table(con)
+        lines = pa.concat_tables([m.lines for m in same]) if len(same) > 1 else same[0].lines
+        base = np.repeat(np.array([m.input_id << LINE_BITS for m in same], dtype=np.int64),
+                         [m.lines.num_rows for m in same])
+        lines = lines.set_column(0, "line", pa.array(lines["line"].to_numpy() + base))
+        ctx = self._context(same[0].path)
+        rejected = _Mapper(con, fmt, ctx).map(LineBatch(lines, []))
+        unknown = con.execute("SELECT line >> 32, k, count(*) FROM (SELECT line, unnest(keys) "
+                              "AS k FROM unknown) GROUP BY ALL").fetchall()
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE batch AS
+            SELECT b.* REPLACE (b.line & {(1 << LINE_BITS) - 1} AS line, g.file AS file)
+            FROM batch b JOIN _group_files g ON g.input_id = b.event_id >> {LINE_BITS}""")
+        if fmt.finish:
+            fmt.finish(con, ctx)
+        con.execute("INSERT INTO _rows SELECT * FROM batch")
+        for r in rejected:  # the mapping stood: what it found is each file's
+            by_id[r.line >> LINE_BITS].rejected.append(r)
+            r.line &= (1 << LINE_BITS) - 1
+        for input_id, key, n in unknown:
+            by_id[input_id].unknown[key] += n
+
+    def _commit(self, con: duckdb.DuckDBPyConnection, members: list[_Member]) -> None:
+        """One events file, one quarantine file and one catalog transaction for the group;
+        each member keeps its own input row and batch row."""
+        store, cache = self.store, _cache(self.store)
+        stats = {row[0]: row[1:] for row in con.execute(f"""
+            SELECT event_id >> {LINE_BITS}, count(*), count(*) FILTER (WHERE ts IS NULL),
+                   count(*) FILTER (WHERE ts < prev), max(prev - ts) FILTER (WHERE ts < prev),
+                   min(ts), max(ts)
+            FROM (SELECT event_id, ts, lag(ts IGNORE NULLS) OVER (
+                    PARTITION BY event_id >> {LINE_BITS} ORDER BY line) AS prev FROM _rows)
+            GROUP BY 1""").fetchall()}
+        listed, batch_of = [], {}
+        for m in members:
+            events, missing, back, step, *ts_range = stats.get(m.input_id, (0, 0, 0, None, None, None))
+            m.events, m.ts_range = events, tuple(ts_range)
+            if m.damage:
+                m.rep.warnings.append(_damage_warning(m.damage, m.state.next_line - 1))
+            m.rep.warnings += (_time_warnings(missing, back, step)
+                               + _unknown_warning(m.fmt.name, m.unknown)
+                               + (m.fmt.notes(self._context(m.path)) if m.fmt.notes else []))
+            batch_of[m.input_id] = _next_id(store, "batches", "batch_id")
+            if events or m.rejected:
+                listed.append(m)
+        name = (f"{listed[0].input_id:05d}-{batch_of[listed[0].input_id]:07d}.parquet"
+                if listed else "")
+        ev_rel = f"events/{name}" if any(m.events for m in listed) else None
+        qu_rel = f"quarantine/{name}" if any(m.rejected for m in listed) else None
+        written = [rel for rel in (ev_rel, qu_rel) if rel]
+        store.intend(*written)
+        if ev_rel:
+            pq.write_table(con.sql("SELECT * FROM _rows ORDER BY event_id").to_arrow_table(),
+                           store.root / ev_rel, compression="zstd", row_group_size=ROW_GROUP)
+        if qu_rel:
+            _write_quarantine(con, store, qu_rel, [(m.shown, r) for m in listed
+                                                   for r in m.rejected])
+        _record_late_outcomes(store, con)
+        sealed = store.seal(*written)
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        knowns, inputs, batches = [], [], []
+        for m in members:
+            known, row = _input_row(m.input_id, m.path, m.shown, m.fmt, m.hasher.hexdigest(),
+                                    m.state, m.head, m.ended_without_newline, m.hasher.state(),
+                                    m.tail, now, now)
+            knowns.append(known)
+            inputs.append(row)
+            if m in listed:
+                ev, qu = (ev_rel if m.events else None), (qu_rel if m.rejected else None)
+                batches.append([batch_of[m.input_id], m.input_id, ev, qu, 0, m.state.next_offset,
+                                0, m.state.next_line, m.events, len(m.rejected),
+                                m.hasher.hexdigest(), now, *m.ts_range, sealed.get(ev),
+                                sealed.get(qu)])
+        with store.catalog_connection() as cat, _transaction(cat):
+            _insert_rows(cat, "inputs", INPUT_FIELDS, inputs)
+            _insert_rows(cat, "batches", BATCH_FIELDS, batches)
+        for known in knowns:
+            cache.remember(known)
+        events_path = str((store.root / ev_rel).resolve()) if ev_rel else ""
+        for m in members:
+            if m.events:
+                cache.files_of.setdefault(m.input_id, []).append(events_path)
+            rep = m.rep
+            rep.status, rep.events, rep.new_bytes = "new", m.events, m.state.next_offset
+            rep.quarantined = Counter(r.reason for r in m.rejected)
+            rep.lines, rep.pending = m.state.next_line - 1, m.state.partial
+            rep.sha256 = m.hasher.hexdigest()
+
+
+def _insert_rows(cat: duckdb.DuckDBPyConnection, table: str, fields: tuple[str, ...],
+                 rows: list[list]) -> None:
+    """Rows into a catalog table in one statement (DuckDB's executemany: 0.1 ms a row)."""
+    if not rows:
+        return
+    columns = list(zip(*rows, strict=True))
+    cat.register("_rows_in", pa.table({f: pa.array(c) for f, c in zip(fields, columns, strict=True)}))
+    try:
+        cat.execute(f"INSERT INTO {table} ({', '.join(fields)}) SELECT * FROM _rows_in")
+    finally:
+        cat.unregister("_rows_in")
+
+
+class _CatalogHold:
+    """The catalog kept attached across the files of one ingest (attaching and detaching it
+    costs 3-5 ms each, twice a file), and let go of for PAUSE seconds every HOLD seconds:
+    while it is attached no other process may open it, so a reader (which retries every 50
+    ms) waits at most about HOLD seconds, never the whole ingest."""
+
+    HOLD, PAUSE = 0.5, 0.2
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.held: contextlib.ExitStack | None = None
+        self.since = time.monotonic()
+
+    def __enter__(self) -> _CatalogHold:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def tick(self) -> None:
+        """Between two files: let go of the catalog, or take it again, when it is time."""
+        now = time.monotonic()
+        if self.held is not None and now - self.since >= self.HOLD:
+            self.release()
+        elif self.held is None and now - self.since >= self.PAUSE:
+            held = contextlib.ExitStack()
+            held.enter_context(self.store.catalog_connection())
+            self.held, self.since = held, now
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()
+            self.held, self.since = None, time.monotonic()
 
 
 class _Prepend:
@@ -669,7 +1040,7 @@ class _ChunkSink:
     file's every earlier event) or `recent_stored_events` (those of its newest batches)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
-                 store: Store, batch_id: int):
+                 store: Store, batch_id: int, threaded: bool = True):
         self.con, self.fmt, self.ctx = con, fmt, ctx
         self.relative = f"events/{ctx.input_id:05d}-{batch_id:07d}.parquet"
         self.path = store.root / self.relative
@@ -678,25 +1049,10 @@ class _ChunkSink:
         self.writer: pq.ParquetWriter | None = None
         self.queue: queue.Queue = queue.Queue(maxsize=2)
         self.failure: list[BaseException] = []
-        self.thread = threading.Thread(target=self._write, daemon=True)
-        self.thread.start()
-        con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE late_outcomes ({OUTCOME_COLUMNS})")
-        files = _cache(store).files_of.get(ctx.input_id, [])
-        for view, some in (("stored_events", files), ("recent_stored_events", files[-RECENT:])):
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
-                        f"{self._earlier(some)} SELECT {NARROW} FROM file_rows")
-
-    def _earlier(self, files: list[str]) -> str:
-        """The narrow rows of this file's earlier batches. Every version of loophound wrote
-        these columns, so the files are read with the first one's schema (`union_by_name`
-        would read every file's footer to define the view: 60 ms for a log scanned every five
-        minutes for a day)."""
-        if not files:
-            return ""
-        lo, hi = self.ctx.input_id << 32, (self.ctx.input_id + 1) << 32
-        return (f"SELECT {NARROW} FROM read_parquet({db.sql_list(files)}) "
-                f"WHERE event_id >= {lo} AND event_id < {hi} UNION ALL ")
+        self.thread = threading.Thread(target=self._write, daemon=True) if threaded else None
+        if self.thread is not None:
+            self.thread.start()
+        _stored_views(con, _cache(store).files_of.get(ctx.input_id, []), ctx.input_id)
 
     def flush(self, final: bool = False) -> None:
         """Finish what is mapped and write it, except the last HOLD_LINES lines (unless
@@ -719,25 +1075,49 @@ class _ChunkSink:
         self.events += table.num_rows
         if self.failure:
             raise self.failure[0]
-        self.queue.put(table)
+        if self.thread is None:
+            self._write_table(table)
+        else:
+            self.queue.put(table)
 
     def _write(self) -> None:
         while (table := self.queue.get()) is not None:
             try:
-                if self.writer is None:
-                    self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
-                self.writer.write_table(table)
+                self._write_table(table)
             except BaseException as exc:  # handed to the ingesting thread
                 self.failure.append(exc)
 
+    def _write_table(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        self.writer.write_table(table)
+
     def close(self) -> int:
-        self.queue.put(None)
-        self.thread.join()
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
         if self.writer is not None:
             self.writer.close()
         if self.failure:
             raise self.failure[0]
         return self.events
+
+
+def _stored_views(con: duckdb.DuckDBPyConnection, files: list[str], input_id: int) -> None:
+    """`file_rows` (the narrow rows of what this read has finished), `late_outcomes`, and the
+    views formats join against: `stored_events` (every earlier event of the file, read from
+    `files`, its committed events files, then `file_rows`) and `recent_stored_events` (those
+    of its newest batches). Every version of loophound wrote these columns, so the files are
+    read with the first one's schema (`union_by_name` would read every file's footer to
+    define the view: 60 ms for a log scanned every five minutes for a day)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE late_outcomes ({OUTCOME_COLUMNS})")
+    lo, hi = input_id << 32, (input_id + 1) << 32
+    for view, some in (("stored_events", files), ("recent_stored_events", files[-RECENT:])):
+        earlier = (f"SELECT {NARROW} FROM read_parquet({db.sql_list(some)}) "
+                   f"WHERE event_id >= {lo} AND event_id < {hi} UNION ALL " if some else "")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
+                    f"{earlier} SELECT {NARROW} FROM file_rows")
 
 
 def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBatch]:
@@ -849,18 +1229,24 @@ class _Mapper:
         ).fetchall():
             self.unknown[key] += n
 
-    def warnings(self) -> list[str]:
-        if not self.unknown:
-            return []
-        keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(self.unknown.items())[:10])
-        more = "" if len(self.unknown) <= 10 else f" and {len(self.unknown) - 10} more"
-        return [f"fields the {self.fmt.name} format does not know: {keys}{more}; "
-                "kept in the `extra` column"]
-
     def _insert_sql(self) -> str:
         if not self._sql:
             self._sql[True] = _insert_sql(self.con, self.fmt, self.ctx, self.mapped)
         return self._sql[True]
+
+
+def _unknown_warning(format_name: str, unknown: Counter) -> list[str]:
+    if not unknown:
+        return []
+    keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(unknown.items())[:10])
+    more = "" if len(unknown) <= 10 else f" and {len(unknown) - 10} more"
+    return [f"fields the {format_name} format does not know: {keys}{more}; "
+            "kept in the `extra` column"]
+
+
+def _damage_warning(damage: str, lines: int) -> str:
+    return (f"stopped reading: {damage}; a damaged or cut-short compressed file? "
+            f"The {lines:,} complete lines before that point are kept")
 
 
 def _json_error(text: str) -> str:
@@ -884,7 +1270,7 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
     `extra` is the format's own (its documented keys) except on lines listed in `unknown`,
     where it is every key not turned into a column (a JSON merge: exact, slower)."""
     select = fmt.select_sql(ctx)
-    provided = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
+    provided = _provided(con, select)
     # keys may come from the data (generic format): JSON-encode them, then quote for SQL
     nulls = db.sql_literal(json.dumps({k: None for k in sorted(mapped_keys)}))
     exprs = []
@@ -916,18 +1302,33 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
             f"UNION ALL SELECT {cols} FROM ({select}) m")
 
 
+_PROVIDED: dict[str, set[str]] = {}  # the columns of each mapping SELECT (LIMIT 0: 2-4 ms)
+
+
+def _provided(con: duckdb.DuckDBPyConnection, select: str) -> set[str]:
+    if select not in _PROVIDED:
+        if len(_PROVIDED) > 256:  # a long-running process that saw many mappings
+            _PROVIDED.clear()
+        _PROVIDED[select] = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
+    return _PROVIDED[select]
+
+
 def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
-    out = []
     missing_ts = con.execute("SELECT count(*) FROM file_rows WHERE ts IS NULL").fetchall()[0][0]
-    if missing_ts:
-        out.append(f"{missing_ts:,} events have no readable timestamp: kept, but left out of "
-                   "rate and timing analysis")
     back = con.execute("""SELECT count(*), max(prev - ts) FROM (
         SELECT ts, lag(ts IGNORE NULLS) OVER (ORDER BY line) AS prev FROM file_rows)
         WHERE ts < prev""").fetchall()[0]
-    if back[0]:
-        out.append(f"{back[0]:,} events are earlier than the line before them (largest step "
-                   f"back {back[1]}): the views sort by time where order matters")
+    return _time_warnings(missing_ts, *back)
+
+
+def _time_warnings(missing_ts: int, back: int, largest_step) -> list[str]:
+    out = []
+    if missing_ts:
+        out.append(f"{missing_ts:,} events have no readable timestamp: kept, but left out of "
+                   "rate and timing analysis")
+    if back:
+        out.append(f"{back:,} events are earlier than the line before them (largest step "
+                   f"back {largest_step}): the views sort by time where order matters")
     return out
 
 
@@ -948,62 +1349,104 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
     ev_rel, qu_rel = events_file, None
     if rejected:
         qu_rel = f"quarantine/{input_id:05d}-{batch_id:07d}.parquet"
-        table = pa.table({
-            c.name: pa.array([_qvalue(r, c.name, shown) for r in rejected])
-            for c in QUARANTINE_COLUMNS
-        })
-        con.register("_q", table)
         store.intend(qu_rel)
-        target = db.sql_literal(str(store.root / qu_rel))
-        cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
-        con.execute(f"COPY (SELECT {cast} FROM _q ORDER BY line) TO {target} (FORMAT parquet)")
+        _write_quarantine(con, store, qu_rel, [(shown, r) for r in rejected])
     sealed = store.seal(*(rel for rel in (ev_rel, qu_rel) if rel))
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    head_len = min(HEAD_LEN, len(head_bytes))
-    pending = state.partial
-    known_now = Known(input_id, str(path.resolve()), digest, state.next_offset, state.next_line - 1,
-                      hashlib.sha256(head_bytes[:head_len]).hexdigest(), head_len,
-                      ended_without_newline, fmt.name, sha_state,
-                      hashlib.sha256(tail).hexdigest() if tail else None)
     with store.catalog_connection() as cat:
-        cat.execute("BEGIN")
-        first_seen = cat.execute("SELECT first_seen FROM inputs WHERE input_id = ?",
-                                 [input_id]).fetchall()
-        cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
-        replaced = []
-        if replace:  # a rewritten whole document: its earlier rows no longer stand
-            replaced = [f for row in cat.execute(
-                "SELECT events_file, quarantine_file FROM batches WHERE input_id = ?",
-                [input_id]).fetchall() for f in row if f]
-            cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
-        cat.execute(
-            "INSERT INTO inputs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [input_id, known_now.path, shown, fmt.name, compression_of(path), digest,
-             known_now.bytes, known_now.lines, known_now.head_sha256, head_len,
-             pending.byte_offset if pending else None, pending.byte_length if pending else 0,
-             pending.preview if pending else None, ended_without_newline,
-             first_seen[0][0] if first_seen else now, now,
-             sha_state, known_now.tail_sha256],
-        )
-        if ev_rel or qu_rel:
-            cat.execute(
-                "INSERT INTO batches (batch_id, input_id, events_file, quarantine_file, "
-                "first_offset, end_offset, first_line, end_line, events, quarantined, sha256, "
-                "committed, min_ts, max_ts, events_sha256, quarantine_sha256) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [batch_id, input_id, ev_rel, qu_rel, first_offset, state.next_offset,
-                 0, state.next_line, events, len(rejected), range_sha, now, *ts_range,
-                 sealed.get(ev_rel), sealed.get(qu_rel)],
-            )
-        cat.execute("COMMIT")
+        with _transaction(cat):
+            first_seen = cat.execute("SELECT first_seen FROM inputs WHERE input_id = ?",
+                                     [input_id]).fetchall()
+            known_now, row = _input_row(input_id, path.resolve(), shown, fmt, digest, state,
+                                        head_bytes, ended_without_newline, sha_state, tail,
+                                        first_seen[0][0] if first_seen else now, now)
+            cat.execute("DELETE FROM inputs WHERE input_id = ?", [input_id])
+            replaced = []
+            if replace:  # a rewritten whole document: its earlier rows no longer stand
+                replaced = [f for files in cat.execute(
+                    "SELECT events_file, quarantine_file FROM batches WHERE input_id = ?",
+                    [input_id]).fetchall() for f in files if f]
+                cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
+                # a file other inputs' batches share stays (a group's: never a companion's)
+                replaced = [f for f in replaced if not cat.execute(
+                    "SELECT count(*) FROM batches WHERE events_file = $f OR quarantine_file = $f",
+                    {"f": f}).fetchall()[0][0]]
+            cat.execute(f"INSERT INTO inputs ({', '.join(INPUT_FIELDS)}) "
+                        f"VALUES ({', '.join('?' * len(INPUT_FIELDS))})", row)
+            if ev_rel or qu_rel:
+                cat.execute(f"INSERT INTO batches ({', '.join(BATCH_FIELDS)}) "
+                            f"VALUES ({', '.join('?' * len(BATCH_FIELDS))})",
+                            [batch_id, input_id, ev_rel, qu_rel, first_offset, state.next_offset,
+                             0, state.next_line, events, len(rejected), range_sha, now, *ts_range,
+                             sealed.get(ev_rel), sealed.get(qu_rel)])
         cache = _cache(store)
         cache.remember(known_now)
         if replace:
             cache.files_of = _events_files_by_input(cat, store)
-            for rel in replaced:  # no longer listed; a kill before this leaves them to the next run
-                (store.root / rel).unlink(missing_ok=True)
-        elif ev_rel:
-            cache.files_of.setdefault(input_id, []).append(str((store.root / ev_rel).resolve()))
+    if replace:
+        for rel in replaced:  # no longer listed; a kill before this leaves them to the next run
+            (store.root / rel).unlink(missing_ok=True)
+    elif ev_rel:
+        cache.files_of.setdefault(input_id, []).append(str((store.root / ev_rel).resolve()))
+
+
+# What the catalog records of an input, and of a batch, in the order of `_input_row` and of
+# the batch rows: named, so that columns a later version adds to the tables cannot shift them.
+INPUT_FIELDS = ("input_id", "path", "display_path", "format", "compression", "sha256", "bytes",
+                "lines", "head_sha256", "head_len", "pending_offset", "pending_length",
+                "pending_preview", "ended_without_newline", "first_seen", "last_read",
+                "sha_state", "tail_sha256", "head_lines_sha256")
+BATCH_FIELDS = ("batch_id", "input_id", "events_file", "quarantine_file", "first_offset",
+                "end_offset", "first_line", "end_line", "events", "quarantined", "sha256",
+                "committed", "min_ts", "max_ts", "events_sha256", "quarantine_sha256")
+
+
+def _input_row(input_id: int, path: Path, shown: str, fmt: Format, digest: str,
+               state: ReadState, head_bytes: bytes, ended_without_newline: bool,
+               sha_state: bytes | None, tail: bytes, first_seen: dt.datetime,
+               now: dt.datetime) -> tuple[Known, list]:
+    """What the catalog will say of an input once this read commits: as the ingest's cache
+    keeps it, and as the row of `inputs` (INPUT_FIELDS). `path` is resolved."""
+    head_len = min(HEAD_LEN, len(head_bytes))
+    pending = state.partial
+    known = Known(input_id, str(path), digest, state.next_offset, state.next_line - 1,
+                  hashlib.sha256(head_bytes[:head_len]).hexdigest(), head_len,
+                  ended_without_newline, fmt.name, sha_state,
+                  hashlib.sha256(tail).hexdigest() if tail else None,
+                  _lines_sha256(head_bytes[:head_len]))
+    return known, [input_id, known.path, shown, fmt.name, compression_of(path), digest,
+                   known.bytes, known.lines, known.head_sha256, head_len,
+                   pending.byte_offset if pending else None,
+                   pending.byte_length if pending else 0, pending.preview if pending else None,
+                   ended_without_newline, first_seen, now, sha_state, known.tail_sha256,
+                   known.lines_sha256]
+
+
+@contextlib.contextmanager
+def _transaction(cat: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One catalog transaction, rolled back when anything in it fails: the catalog's cursor
+    is shared with the uses that follow (`_CatalogHold`), which must not find it open."""
+    cat.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        cat.execute("ROLLBACK")
+        raise
+    cat.execute("COMMIT")
+
+
+def _write_quarantine(con: duckdb.DuckDBPyConnection, store: Store, relative: str,
+                      rejected: list[tuple[str, Rejected]]) -> None:
+    """The quarantine's Parquet file: (file as shown, line) pairs, each file's lines in order."""
+    ordered = sorted(range(len(rejected)), key=lambda i: (rejected[i][0], rejected[i][1].line))
+    rows = [rejected[i] for i in ordered]
+    table = pa.table({c.name: pa.array([_qvalue(r, c.name, shown) for shown, r in rows])
+                      for c in QUARANTINE_COLUMNS})
+    con.register("_q", table)
+    target = db.sql_literal(str(store.root / relative))
+    cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
+    con.execute(f"COPY (SELECT {cast} FROM _q) TO {target} (FORMAT parquet)")
+    con.unregister("_q")
 
 
 def _qvalue(r: Rejected, name: str, shown: str):

@@ -57,10 +57,13 @@ CREATE TABLE IF NOT EXISTS inputs (
 -- stores written before these columns existed gain them (NULL: re-hashed in full once)
 ALTER TABLE inputs ADD COLUMN IF NOT EXISTS sha_state BLOB;
 ALTER TABLE inputs ADD COLUMN IF NOT EXISTS tail_sha256 VARCHAR;
+-- SHA-256 of the head up to its last newline: a short head (a whole small file) is found by
+-- it with one lookup per line of a file that continues it (NULL: found by its length)
+ALTER TABLE inputs ADD COLUMN IF NOT EXISTS head_lines_sha256 VARCHAR;
 CREATE TABLE IF NOT EXISTS batches (
   batch_id INTEGER PRIMARY KEY,
   input_id INTEGER,
-  events_file VARCHAR,      -- relative to the store
+  events_file VARCHAR,      -- relative to the store; small files read together share one
   quarantine_file VARCHAR,
   first_offset BIGINT,
   end_offset BIGINT,
@@ -393,12 +396,14 @@ class Store:
                     "AND table_name = 'batches' "
                     "AND column_name = 'max_ts'").fetchall()[0][0]:
                 recent = "AND (max_ts IS NULL OR max_ts >= $since)"
+            # once each: the batches of small files read together share their files
             ev = [r[0] for r in con.execute(
                 f"SELECT events_file FROM batches WHERE events_file IS NOT NULL {recent} "
-                "ORDER BY batch_id", {"since": since} if recent else None).fetchall()]
+                "GROUP BY events_file ORDER BY min(batch_id)",
+                {"since": since} if recent else None).fetchall()]
             qu = [r[0] for r in con.execute(
                 "SELECT quarantine_file FROM batches WHERE quarantine_file IS NOT NULL "
-                "ORDER BY batch_id").fetchall()]
+                "GROUP BY quarantine_file ORDER BY min(batch_id)").fetchall()]
             runs = con.execute(
                 "SELECT findings_file, finding_events_file FROM findings_runs "
                 "ORDER BY run_id").fetchall()

@@ -7,8 +7,7 @@ from ..html import Charts
 from ..model import Report
 from ._util import segments
 
-NAV = (("coverage", "What could be judged"), ("timeline", "Timeline"),
-       ("attribution", "Attribution"), ("incidents", "Runaway loops"),
+NAV = (("coverage", "What could be judged"), ("timeline", "Timeline"), ("attribution", "Attribution"), ("findings", "Findings"),
        ("talkers", "Top talkers"), ("errors", "Error codes"), ("costs", "Cost"),
        ("method", "Method and inputs"))
 
