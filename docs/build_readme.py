@@ -49,11 +49,12 @@ def contract_example() -> str:
         ingest([os.path.relpath(samples / "bproxy")], Store(tmp))
         doc = scan_store(Store(tmp)).document
     doc["findings"] = doc["findings"][:1]
+    doc["incidents"] = [i for i in doc["incidents"] if doc["findings"][0]["id"] in i["members"]]
     doc["method"]["detectors"] = {"repeated_error": doc["method"]["detectors"]["repeated_error"],
                                   "…": "one table per detector"}
     text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
     return ("The findings of `loophound scan sample_logs/bproxy/ --json -`, cut to the first "
-            "finding:\n\n```json\n" + text + "\n```")
+            "finding and its incident:\n\n```json\n" + text + "\n```")
 
 
 def chapter(name: str) -> str:

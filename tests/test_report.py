@@ -50,7 +50,7 @@ def sample(sample_store):
 
 
 def _panel_html(html: str, label: str) -> str:
-    start = html.index(f'id="finding-{label}"')
+    start = html.index(f'id="incident-{label}"')
     end = html.find("</article>", start)
     return html[start:end]
 
@@ -119,10 +119,12 @@ def test_every_sample_incident_is_named_with_its_cost(sample, section, incident)
         pytest.skip(f"detector {DETECTOR_OF[incident['kind']]} has not landed yet")
     _, model, html = sample
     panels = _match(section, incident, model.panels)
-    assert panels, f"no finding in the report names {section}:{incident['kind']}"
+    assert panels, f"no runaway loop in the report names {section}:{incident['kind']}"
+    # one loop, one panel: the other findings that saw it are inside it, not panels of their own
+    assert len(panels) == 1, [p.label for p in panels]
     p = panels[0]
     body = _panel_html(html, p.label)
-    assert fmt.rich(p.finding["title"]) in body
+    assert fmt.rich(p.incident["title"]) in body
     # the cost is on the panel, and it is the right one where the answer key states it
     cost = p.own.cost_usd
     shown = fmt.money(cost, "unpriced" if p.own.tokens else "–")
@@ -132,39 +134,68 @@ def test_every_sample_incident_is_named_with_its_cost(sample, section, incident)
     elif incident["kind"] == "repair_loop":
         assert cost == pytest.approx(incident["cost_usd"], rel=1e-3)
     elif incident["kind"] == "dead_session_retry":
-        assert cost == pytest.approx(incident["requests"] * 0.002, rel=1e-6)  # assumed per call
+        # every request of the loop is assumed to cost one call: the storm's 1,200, and the
+        # session.close its rate spike saw begin it
+        assert abs(p.own.events - incident["requests"]) <= 2
+        assert cost == pytest.approx(p.own.events * 0.002, rel=1e-6)
         assert "0.002" in " ".join(model.cost_notes)  # and the assumption is stated
     elif incident["kind"] in ("p2p_echo", "room_flood"):
         assert cost is not None and cost > 0
 
 
-def test_headline_names_the_costliest_loop_and_its_cost(sample):
-    _, model, html = sample
+def test_headline_counts_runaway_loops_and_names_the_costliest(sample):
+    result, model, html = sample
     text = model.headline_text
+    incidents = result.document["incidents"]
+    critical = sum(1 for i in incidents if i["severity"] == "critical")
+    assert text.startswith(f"{len(incidents)} runaway loops, {critical} critical: ")
+    assert len(incidents) < len(result.document["findings"])  # loops, not findings, counted
     assert "$" in text and "runaway loops made" in text
-    main = max(model.panels, key=lambda p: (p.exclusive.cost_usd or 0))
+    main = max(model.panels, key=lambda p: (p.own.cost_usd or 0))
     assert f"({main.label}," in text
     assert fmt.money(main.own.cost_usd) in text
     assert '<p class="headline" id="headline">' in html
+    assert model.title == f"loophound incident report: {len(incidents)} runaway loops"
 
 
 # -- figures --------------------------------------------------------------------------------
 
 
 def test_attribution_adds_up_to_the_whole_log(sample):
-    _, model, _ = sample
+    """One row per runaway loop, each owning its events: loops and background add up to the
+    whole log in events, lines, bytes, tokens and dollars, and so do their shares."""
+    _, model, html = sample
     t = model.totals
-    parts = [p.exclusive for p in model.panels] + [model.background]
+    parts = [p.own for p in model.panels] + [model.background]
     parts += [model.rest] if model.rest is not None else []
+    assert sum(x.events for x in parts) == t.events
     assert sum(x.lines for x in parts) == t.lines
     assert sum(x.bytes for x in parts) == t.bytes
     assert sum(x.tokens for x in parts) == t.tokens
     # the whole log's cost is rounded to a millionth of a dollar, as every figure
     assert sum(x.cost_usd or 0 for x in parts) == pytest.approx(t.cost_usd, abs=1e-6)
-    for p in model.panels:  # own ⊇ exclusive
-        assert p.exclusive.lines <= p.own.lines
-        if p.exclusive.lines == 0:
-            assert p.overlaps, f"{p.label} owns nothing but names no finding that explains it"
+    assert sum(x.events_share for x in parts) == pytest.approx(1.0)
+    for p in model.panels:  # every row owns its events
+        assert p.own.events > 0 and p.own.lines > 0, p.label
+    rows = re.search(r'<section id="attribution".*?</section>', html, re.S).group(0)
+    assert rows.count('<a href="#incident-I') == len(model.panels)
+    assert "all its events are counted in" not in rows
+
+
+def test_incidents_of_the_report_are_the_findings_json_incidents(sample):
+    """The report's incident figures are the ones the findings JSON states (each event owned
+    by one incident), and every finding of the document is in exactly one panel."""
+    result, model, _ = sample
+    doc = result.document
+    assert [p.incident["id"] for p in model.panels] == [i["id"] for i in doc["incidents"]]
+    for p in model.panels:
+        inc = p.incident
+        assert (p.own.events, p.own.lines, p.own.bytes, p.own.tokens) == (
+            inc["events"], inc["lines"], inc["bytes"], inc["tokens"]), p.label
+        assert p.own.cost_usd == pytest.approx(inc["cost_usd"], abs=1e-6)
+        assert p.finding["id"] == inc["primary"] and p.members[0]["id"] == inc["primary"]
+    members = [m["id"] for p in model.panels for m in p.members]
+    assert sorted(members) == sorted(f["id"] for f in doc["findings"])
 
 
 def test_findings_past_the_panel_limit_still_add_up(sample, monkeypatch):
@@ -174,11 +205,12 @@ def test_findings_past_the_panel_limit_still_add_up(sample, monkeypatch):
     monkeypatch.setattr(model_module, "MAX_PANELS", 3)
     model = gather(result, WHEN)
     assert len(model.panels) == 3
-    assert model.panels_omitted == len(result.document["findings"]) - 3
-    parts = [p.exclusive for p in model.panels] + [model.rest, model.background]
+    assert model.panels_omitted == len(result.document["incidents"]) - 3
+    parts = [p.own for p in model.panels] + [model.rest, model.background]
+    assert sum(x.events for x in parts) == model.totals.events
     assert sum(x.lines for x in parts) == model.totals.lines
     assert sum(x.bytes for x in parts) == model.totals.bytes
-    assert f"{model.panels_omitted:,} more findings" in render(model)
+    assert f"{model.panels_omitted:,} more runaway loops" in render(model)
 
 
 def test_clean_logs_say_so(tmp_path):
@@ -224,6 +256,7 @@ def test_cost_per_call_assumption_is_settable_and_stated(sample_store):
     storm = next(p for p in model.panels if p.finding["detector"] == "repeated_error"
                  and "6afr3v" in p.finding["sessions"])
     assert storm.own.cost_usd == pytest.approx(storm.own.events * 0.01, rel=1e-6)
+    assert storm.finding["cost_usd"] == pytest.approx(storm.finding["events"] * 0.01, rel=1e-6)
     # the cost tables are priced as the scan was, not with the default cost per call
     assumed = next(c for c in model.cost_by_actor_model if c["basis"] == "assumed")
     assert assumed["cost_usd"] == pytest.approx(assumed["items"] * 0.01)
@@ -233,7 +266,7 @@ def test_tables_top_talkers_and_errors(sample):
     _, model, _ = sample
     assert model.talkers[0]["events"] >= model.talkers[-1]["events"]
     top_error = model.errors[0]
-    assert top_error["error"] == "SESSION_NOT_FOUND" and top_error["in_findings"] == top_error["events"]
+    assert top_error["error"] == "SESSION_NOT_FOUND" and top_error["in_incidents"] == top_error["events"]
     assert model.inputs and all(len(i["sha256"]) == 64 for i in model.inputs)
 
 
@@ -431,7 +464,7 @@ def test_hostile_text_is_escaped_everywhere(tmp_path):
         assert not any(k in attrs for k in ("src", "srcdoc", "style", "action", "formaction",
                                              "xlink:href", "data")), (tag, attrs)
         if tag == "a":
-            assert attrs["href"].startswith("#finding-F") or attrs["href"].startswith("#")
+            assert re.fullmatch(r"#incident-I\d+|#[a-z]+", attrs["href"]), attrs
         if tag == "script":
             assert attrs == {} or (attrs.get("type") == "application/json"
                                    and re.fullmatch(r"fig-[a-z0-9-]+", attrs["id"])), attrs
@@ -460,3 +493,58 @@ def test_report_and_investigate_commands(sample_store, tmp_path):
     r = runner.invoke(app, ["report", "--store", str(sample_store.root), "--out", str(out),
                             "--generated-at", "yesterday"])
     assert r.exit_code != 0
+
+
+# -- panel extras: registered for the shape of a finding ----------------------------------------
+
+
+def test_panel_pictures_come_from_a_registry_where_a_missing_renderer_is_an_error(sample,
+                                                                                 monkeypatch):
+    """A panel's pictures are those registered for the shape its primary's detector declares
+    (no switching on detector names); a shape or an extra without a renderer is an error."""
+    import dataclasses
+
+    from loophound.detect import DETECTORS
+    from loophound.report import model as m
+    from loophound.report.sections import findings as sec
+
+    assert {d.shape for d in DETECTORS.values()} <= set(m.SHAPE_EXTRAS)
+    wanted = {x for names in m.SHAPE_EXTRAS.values() for x in names}
+    assert wanted == set(m.EXTRAS) == set(sec.RENDERERS)
+    result, model, html = sample
+    for p in model.panels:
+        shape = DETECTORS[p.finding["detector"]].shape
+        assert [n for n, _ in p.extras] == list(m.SHAPE_EXTRAS[shape])
+    cycle = next(p for p in model.panels if p.finding["detector"] == "trigger_cycle")
+    echo = next(p for p in model.panels if p.finding["detector"] == "ping_pong")
+    assert cycle.extra("graph").cycle and echo.extra("sequence").steps
+    assert 'aria-label="who triggered whom"' in _panel_html(html, cycle.label)
+    assert 'aria-label="sequence of the first messages"' in _panel_html(html, echo.label)
+    # a shape the report has no pictures for, an extra without a renderer: errors, not a
+    # panel silently drawn without its picture
+    monkeypatch.setitem(DETECTORS, "trigger_cycle",
+                        dataclasses.replace(DETECTORS["trigger_cycle"], shape="tree"))
+    with pytest.raises(m.MissingRenderer, match="shape 'tree'"):
+        gather(result, WHEN)
+    monkeypatch.undo()
+    monkeypatch.delitem(sec.RENDERERS, "graph")
+    with pytest.raises(m.MissingRenderer, match="graph"):
+        render(gather(result, WHEN))
+
+
+def test_a_scan_not_saved_in_the_store_has_views_of_its_own(sample, sample_store, tmp_path):
+    """A report made from a scan in memory (other settings, or a run saved in a folder) reads
+    `findings` and `finding_events` of that scan, not of the store's last saved run."""
+    saved = sample[0].document
+    for kwargs in ({"save": False}, {"save_to": tmp_path / "run"}):
+        result = scan_store(sample_store, overrides=["repeated_error.min_count=100000"],
+                            **kwargs)
+        ids = sorted(f["id"] for f in result.document["findings"])
+        assert len(ids) < len(saved["findings"])
+        con = result.con
+        assert sorted(r[0] for r in con.execute("SELECT id FROM findings").fetchall()) == ids
+        claimed = {r[0] for r in con.execute(
+            "SELECT DISTINCT finding_id FROM finding_events").fetchall()}
+        assert claimed == set(ids)
+        rows = queries.records(con, "largest_findings", limit=100)
+        assert sorted(r["id"] for r in rows) == ids

@@ -360,6 +360,9 @@ def _load(browser: Browser, report: Path) -> dict:
       plotText: Array.from(document.querySelectorAll('div[data-fig] svg text')).map(
         t => t.textContent).join('\\n'),
       plotLinks: document.querySelectorAll('div[data-fig] svg a').length,
+      incidents: document.querySelectorAll('article.incident').length,
+      rows: document.querySelectorAll('#attribution a[href^="#incident-I"]').length,
+      headline: document.getElementById('headline').innerText,
     })""")
 
 
@@ -395,6 +398,10 @@ def test_sample_report_renders_offline_without_errors(browser, sample_report):
     assert page["svgs"] >= page["charts"]
     assert not page["pwned"]
     assert "runaway loops made" in page["text"] or "came from" in page["text"]
+    # one panel and one attribution row per runaway loop, and the headline counts them
+    assert page["incidents"] == page["rows"] >= 9
+    assert page["headline"].startswith(f"{page['incidents']} runaway loops, ")
+    assert "Also seen as:" in page["text"]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,9 @@ and the findings JSON is the same bytes every time."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,73 @@ def test_every_planted_incident_is_found(scanned, section, incident):
     if want:
         assert any(abs(f["events"] - want) <= 0.02 * want for f in hits), \
             (want, [(f["detector"], f["events"]) for f in hits])
+
+
+def _t(iso: str) -> dt.datetime:
+    """A time of the answer key or the findings (Z, +00:00, up to nanoseconds): naive UTC."""
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?", iso)
+    return dt.datetime.fromisoformat(m.group(1) + "." + (m.group(2) or "0")[:6].ljust(6, "0"))
+
+
+def in_its_files(finding: dict, section: dict, incident: dict, every: bool = False) -> bool:
+    """Evidence in the files the answer key names for this loop (else its section's): some
+    of it, or with `every`, all of it."""
+    named = incident.get("files") or ([incident["file"]] if incident.get("file") else None)
+    files = {f"{section['dir']}/{f}" for f in (named or section.get("lines", {}))}
+    inside = [any(e["file"].endswith(x) for x in files) for e in finding["evidence"]]
+    return all(inside) if every else any(inside)
+
+
+def names_it(finding: dict, section: dict, incident: dict, only: bool = False) -> bool:
+    """Whether a finding points at this loop of the answer key (with `only`: at nothing in
+    other files, as a rate spike over the sessions of two logs does)."""
+    if not in_its_files(finding, section, incident, every=only):
+        return False
+    if incident.get("start") and incident.get("end") and not (
+            _t(finding["start"]) <= _t(incident["end"])
+            and _t(incident["start"]) <= _t(finding["end"])):
+        return False  # another time: another loop of the same agent
+    if incident["kind"] in BY_DETECTOR:
+        return finding["detector"] == BY_DETECTOR[incident["kind"]]
+    names = participants(section, incident)
+    return bool(names & set(finding["actors"] + finding["targets"] + finding["sessions"]))
+
+
+@pytest.mark.parametrize("section, incident", INCIDENTS)
+def test_every_planted_loop_is_one_incident(scanned, section, incident):
+    """However many detectors saw a planted loop, it is one incident: one incident's primary
+    finding names it, and every finding that names it alone is in that incident."""
+    doc, _, _ = scanned
+    by_id = {f["id"]: f for f in doc["findings"]}
+    hits = [i for i in doc["incidents"] if names_it(by_id[i["primary"]], section, incident)]
+    if incident.get("awaits") and not hits:
+        pytest.xfail(f"{incident['kind']} awaits {incident['awaits']}")
+    assert len(hits) == 1, [(i["title"], i["detectors"]) for i in hits]
+    inc = hits[0]
+    seen_by = [f["id"] for f in doc["findings"] if names_it(f, section, incident, only=True)]
+    assert seen_by and set(seen_by) <= set(inc["members"]), (seen_by, inc["members"])
+    if not incident.get("awaits") and incident["kind"] != "echo_guarded":
+        assert inc["severity"] in SERIOUS, inc["title"]
+
+
+def test_incidents_hold_every_finding_once_and_add_up(scanned):
+    doc, _, _ = scanned
+    members = [m for i in doc["incidents"] for m in i["members"]]
+    assert sorted(members) == sorted(f["id"] for f in doc["findings"])
+    assert len({i["id"] for i in doc["incidents"]}) == len(doc["incidents"])
+    assert len(doc["incidents"]) < len(doc["findings"])
+    t = doc["totals"]
+    for key in ("events", "lines", "bytes", "tokens"):
+        assert 0 < sum(i[key] for i in doc["incidents"]) <= t[key], key
+    assert sum(i["cost_usd"] or 0 for i in doc["incidents"]) <= t["cost_usd"] + 1e-6
+    by_id = {f["id"]: f for f in doc["findings"]}
+    rank = ("low", "medium", "high", "critical").index
+    for i in doc["incidents"]:
+        assert i["events"] > 0 and i["primary"] == i["members"][0]
+        assert rank(i["severity"]) >= max(rank(by_id[m]["severity"]) for m in i["members"])
+        assert i["start"] <= min(by_id[m]["start"] for m in i["members"])
+        assert [s["finding"] for s in i["signals"]] == [m for m in i["members"]
+                                                       if m not in i["pieces"]]
 
 
 def test_nothing_else_is_serious(scanned):

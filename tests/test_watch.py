@@ -52,6 +52,9 @@ def reference(storm_log, tmp_path_factory) -> list[tuple]:
 
 
 def test_alerts_once_for_a_new_runaway_then_stays_quiet_while_it_grows(tmp_path):
+    """One loop found by three detectors (a run of errors, a rate spike, an unusual actor) is
+    one incident and one alert; it stays quiet while the loop grows, and says once that it
+    ended."""
     logs = tmp_path / "logs"
     logs.mkdir()
     full = tmp_path / "full"
@@ -60,24 +63,37 @@ def test_alerts_once_for_a_new_runaway_then_stays_quiet_while_it_grows(tmp_path)
     log = logs / "daemon.log"
     store = tmp_path / "st"
     runner = CliRunner()
+
+    def scan_alerts() -> tuple[int, list[dict]]:
+        res = runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
+        return res.exit_code, [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+
     cut = len(text) * 2 // 3
     log.write_text("".join(text[:cut]))
-    first = runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
-    alerts = [json.loads(x) for x in first.stdout.splitlines() if x.startswith("{")]
-    assert first.exit_code == 1
-    storm = [a for a in alerts if a["detector"] == "repeated_error"]
-    assert len(storm) == 1 and storm[0]["status"] == "new" and storm[0]["sessions"] == ["6afr3v"]
-    quiet = runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
-    assert quiet.exit_code == 0 and quiet.stdout.strip() == ""
-    log.write_text("".join(text))  # the storm went on: more of the same bytes appended
-    grown = runner.invoke(app, ["scan", str(logs), "--store", str(store), "--incremental"])
-    again = [json.loads(x) for x in grown.stdout.splitlines() if x.startswith("{")]
-    assert not [a for a in again if a["id"] == storm[0]["id"]]  # growing is not news
-    assert all(a["status"] == "escalated" for a in again)  # a finding that got worse is
-    con = Store(store).connect()
-    status = con.execute("SELECT status, events FROM findings WHERE id = ?",
-                         [storm[0]["id"]]).fetchall()
-    assert status[0][0] == "growing" and status[0][1] > storm[0]["events"]
+    code, alerts = scan_alerts()
+    assert code == 1
+    assert len(alerts) == 1, [(a["detector"], a["title"]) for a in alerts]
+    storm = alerts[0]
+    assert storm["schema"] == "loophound.incident-alert/v1" and storm["status"] == "new"
+    assert storm["detector"] == "repeated_error" and storm["sessions"] == ["6afr3v"]
+    assert storm["detectors"] == ["repeated_error", "rate_spike", "unusual_actor"]
+    assert len(storm["members"]) == 3 and len(storm["also_seen_as"]) == 2
+    first = Store(store).connect()
+    assert first.execute("SELECT count(*) FROM findings").fetchall() == [(3,)]  # 3 findings
+    assert scan_alerts() == (0, [])  # nothing new: quiet
+    log.write_text("".join(text))  # the storm went on, then stopped: more of the same appended
+    code, again = scan_alerts()
+    assert code == 0  # a loop that ended is news, not a failure
+    assert [(a["id"], a["status"]) for a in again] == [(storm["id"], "ended")]
+    later = [json.loads(line) for line in text[-6:]]
+    for n, line in enumerate(later):  # healthy traffic a minute on: the loop stays ended
+        line["time"] += 60_000
+        line["id"] = f"later-{n // 2}"
+    log.write_text("".join(text) + "".join(json.dumps(x) + "\n" for x in later))
+    assert scan_alerts() == (0, [])
+    con = Store(store).connect()  # the loop's finding counted its growth all along
+    grown = con.execute("SELECT events FROM findings WHERE id = ?", [storm["primary"]]).fetchall()
+    assert grown[0][0] >= 600 > storm["events"]
 
 
 class _Hook(http.server.BaseHTTPRequestHandler):
@@ -106,7 +122,8 @@ def test_alerts_are_posted_to_a_webhook(tmp_path):
         assert res.exit_code == 1
         written = [json.loads(x) for x in (tmp_path / "alerts.jsonl").read_text().splitlines()]
         assert written and sorted(a["id"] for a in _Hook.received) == sorted(a["id"] for a in written)
-        assert all(a["schema"] == "loophound.alert/v1" for a in _Hook.received)
+        assert all(a["schema"] == "loophound.incident-alert/v1" for a in _Hook.received)
+        assert len(_Hook.received) == 1  # one loop, one alert, whatever saw it
     finally:
         server.shutdown()
 

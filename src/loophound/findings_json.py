@@ -11,6 +11,7 @@ import json
 import math
 from typing import Any
 
+from . import incidents as grouping
 from ._version import __version__
 from .attribute import Attributed, Totals
 from .vocabulary import Severity
@@ -71,9 +72,14 @@ def finding_dict(a: Attributed) -> dict:
         "cost_basis": a.cost_status,
         "unpriced_tokens": a.unpriced_tokens,
         "attributed": {"events": a.exclusive_events, "lines": a.exclusive_lines,
-                       "bytes": a.exclusive_bytes, "cost_usd": a.exclusive_cost_usd},
+                       "bytes": a.exclusive_bytes, "cost_usd": a.exclusive_cost_usd,
+                       "events_by_kind": dict(sorted(a.exclusive_by_kind.items())),
+                       "tokens": a.exclusive_tokens,
+                       "unpriced_tokens": a.exclusive_unpriced_tokens,
+                       "cost_basis": dict(sorted(a.exclusive_cost_status.items()))},
         "evidence": a.evidence,
         "recommendation": f.recommendation,
+        "signal": f.signal or f.title,
         "details": dict(f.details),
     })
 
@@ -83,7 +89,7 @@ def sort_key(d: dict) -> tuple:
 
 
 def document(inputs: list[dict], totals: Totals, attributed: list[Attributed],
-             method: dict) -> dict:
+             method: dict, incidents: list[dict] | None = None) -> dict:
     findings = sorted((finding_dict(a) for a in attributed), key=sort_key)
     return _clean({
         "schema": SCHEMA,
@@ -95,7 +101,97 @@ def document(inputs: list[dict], totals: Totals, attributed: list[Attributed],
                    "start": iso(totals.start), "end": iso(totals.end)},
         "method": method,
         "findings": findings,
+        "incidents": incidents or [],
     })
+
+
+# -- incidents: one per loop, over the findings that describe it --------------------------------
+
+
+def detector_ranks() -> dict[str, int]:
+    from .detect import DETECTORS
+
+    return {name: d.rank for name, d in DETECTORS.items()}
+
+
+def incidents_of(findings: list[dict], ranks: dict[str, int] | None = None,
+                 sources: dict[str, list[str]] | None = None,
+                 shared: dict[tuple[str, str], int] | None = None,
+                 rules: grouping.Rules = grouping.DEFAULT_RULES) -> list[dict]:
+    """The `incidents` of a document whose findings are `findings`: grouped by the rules of
+    `loophound.incidents` (`ranks`: detector → rank, default the registered detectors';
+    `sources`: finding id → the files its claims are in, default its evidence's; `shared`:
+    how many events two findings both claim)."""
+    ranks = detector_ranks() if ranks is None else ranks
+    sources = sources or {}
+    items = [grouping.item(f, ranks.get(f["detector"], 99), sources.get(f["id"])) for f in findings]
+    by_id = {f["id"]: f for f in findings}
+    return [incident_dict(i, by_id) for i in grouping.group(items, shared, rules)]
+
+
+_ADDED = ("lines", "bytes", "tokens", "unpriced_tokens")
+
+
+def incident_dict(inc: grouping.Incident, findings: dict[str, dict]) -> dict:
+    """One incident as the document holds it. Its figures are those of the events its members
+    own (each event has one owner, so incidents and the background add up to the whole log);
+    its words are its primary finding's."""
+    members = [findings[m] for m in inc.members]
+    head = findings[inc.primary]
+    owned = [m["attributed"] for m in members]
+    by_kind: dict[str, int] = {}
+    basis: dict[str, int] = {}
+    for o in owned:
+        for k, n in (o.get("events_by_kind") or {}).items():
+            by_kind[k] = by_kind.get(k, 0) + n
+        for k, n in (o.get("cost_basis") or {}).items():
+            basis[k] = basis.get(k, 0) + n
+    costs = [o["cost_usd"] for o in owned if o.get("cost_usd") is not None]
+    start, end = iso(inc.start), iso(inc.end)
+    return _clean({
+        "id": inc.id,
+        "severity": inc.severity,
+        "highest_member_severity": inc.highest,
+        "title": head["title"],
+        "summary": head["summary"],
+        "primary": inc.primary,
+        "detector": head["detector"],
+        "detectors": inc.detectors,
+        "members": inc.members,
+        "pieces": inc.pieces,
+        "interruptions": inc.interruptions,
+        "interrupted_s": inc.interrupted_s,
+        "signals": [{"finding": s, "detector": findings[s]["detector"],
+                     "severity": findings[s]["severity"],
+                     "text": findings[s].get("signal") or findings[s]["title"]}
+                    for s in inc.signals],
+        "actors": sorted({a for m in members for a in m["actors"]}),
+        "targets": sorted({t for m in members for t in m["targets"]}),
+        "sessions": sorted({s for m in members for s in m["sessions"]}),
+        "files": inc.sources,
+        "start": start,
+        "end": end,
+        "duration_s": (inc.end - inc.start).total_seconds() if inc.start and inc.end else None,
+        "events": sum(by_kind.values()),
+        "events_by_kind": dict(sorted(by_kind.items())),
+        **{k: sum(int(o.get(k) or 0) for o in owned) for k in _ADDED},
+        "cost_usd": round(sum(costs), 6) if costs else None,
+        "cost_basis": dict(sorted(basis.items())),
+        "evidence": head["evidence"],
+        "recommendation": head["recommendation"],
+    })
+
+
+def incidents_in(doc: dict) -> list[dict]:
+    """A document's incidents; those of one a version without incidents wrote are grouped
+    again from its findings (placed by their evidence lines)."""
+    if "incidents" in doc:
+        return doc["incidents"]
+    return incidents_of(doc["findings"])
+
+
+def incident_sort_key(d: dict) -> tuple:
+    return (SEVERITY_ORDER.get(d["severity"], 9), d["start"] or "", d["id"])
 
 
 def dumps(doc: dict) -> str:

@@ -165,9 +165,24 @@ def save_in_folder(folder: Path | None, con: duckdb.DuckDBPyConnection, doc: dic
         folder = Path(tempfile.mkdtemp(prefix="loophound-findings-"))
     folder.mkdir(parents=True, exist_ok=True)
     taken = [int(m.group(1)) for p in folder.glob("run-*.json") if (m := _RUN_FILE.search(p.name))]
-    _write_files(con, folder, max(taken, default=0) + 1, doc, statuses, unit_kinds,
-                 "SELECT finding_id, event_id FROM claims", ".parquet", True, None)
+    files = _write_files(con, folder, max(taken, default=0) + 1, doc, statuses, unit_kinds,
+                         "SELECT finding_id, event_id FROM claims", ".parquet", True, None)
+    # the views describe this run (the store's own, if any, is an older scan's)
+    define_finding_views(con, {"findings": [str(folder / files["findings"])],
+                               "finding_events": [str(folder / files["claims"])]})
     return folder
+
+
+def define_scan_views(con: duckdb.DuckDBPyConnection, doc: dict,
+                      statuses: dict[str, str]) -> None:
+    """`findings` and `finding_events` over a scan kept in memory (not saved, or in a store
+    without a catalog): they describe this scan, not the store's last saved run."""
+    con.register("_scan_findings_arrow", _findings_table(doc["findings"], statuses))
+    con.execute("CREATE OR REPLACE TEMP TABLE _scan_findings AS SELECT * FROM _scan_findings_arrow")
+    con.unregister("_scan_findings_arrow")
+    con.execute("CREATE OR REPLACE TEMP VIEW findings AS SELECT * FROM _scan_findings")
+    con.execute("CREATE OR REPLACE TEMP VIEW finding_events AS "
+                "SELECT finding_id, event_id FROM claims")
 
 
 def load_run(store: Store | None = None, folder: Path | None = None) -> SavedRun | None:

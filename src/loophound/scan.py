@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from . import coverage, db, findings_json
-from .attribute import Attributed, Totals, attribute
+from .attribute import Attributed, Totals, attribute, claim_overlaps
 from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
-from .runs import save_in_folder, save_in_store
+from .incidents import DEFAULT_RULES
+from .runs import define_scan_views, save_in_folder, save_in_store
 from .store import Store
 from .watch import Tracked, previous_document, track
+
+RULES = DEFAULT_RULES  # how findings are grouped into incidents (loophound.incidents)
 
 
 @dataclass
@@ -54,6 +58,7 @@ def method(params: dict, costs: CostModel) -> dict:
         "cost_model": costs.describe(),
         "time_zone": "UTC",
         "simulated_clock_epoch": "2000-01-01T00:00:00Z (LabTrust t_s seconds are added to it)",
+        "incidents": RULES.describe(),
     }
 
 
@@ -75,7 +80,6 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     params = settings(config_file, overrides)
     costs = costs or load_cost_model()
     before_doc = previous_document(store)
-    before = {f["id"]: f for f in before_doc["findings"]} if before_doc else {}
     since = None
     if lookback is not None and before_doc and before_doc["totals"].get("end"):
         since = _parse_iso(before_doc["totals"]["end"]) - lookback
@@ -102,9 +106,14 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         doc = continue_findings(before_doc, doc, {findings[i].id: p for i, p in goes_on.items()},
                                 since)
         doc["method"]["incremental"]["detectors_run"] = sorted(only or DETECTORS)
-    tracked = track(doc, before, alert_on)
+    ids = [goes_on.get(i, a.finding.id) if goes_on else a.finding.id
+           for i, a in enumerate(attributed)]  # a finding that goes on keeps its earlier id
+    doc["incidents"] = group_incidents(doc, *claim_overlaps(con), ids,
+                                       before_doc if since is not None else None)
+    tracked = track(doc, before_doc, alert_on)
     result = ScanResult(doc, attributed, totals, con, tracked)
-    if not save:
+    if not save:  # the views describe this scan, not the store's last saved one
+        define_scan_views(con, doc, tracked.statuses)
         return result
     if save_to is not None or store.read_only:
         if since is not None:
@@ -112,7 +121,49 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         result.saved_in = save_in_folder(save_to, con, doc, tracked.statuses, result.unit_kinds)
     elif store.catalog.exists():
         save_in_store(store, con, doc, tracked.statuses, result.unit_kinds)
+    else:
+        define_scan_views(con, doc, tracked.statuses)
     return result
+
+
+def group_incidents(doc: dict, files: dict[int, list[str]], shared: dict[tuple[int, int], int],
+                    ids: list[str], before: dict | None = None) -> list[dict]:
+    """The document's incidents (`loophound.incidents`), from what attribution knows of the
+    claims (`files` and `shared`, by finding index; `ids`: index → finding id). A scheduled
+    scan (`before`: the last scan's document) knows the claims of its window only: a finding
+    it did not see again is placed by its evidence and the files of its earlier incident, and
+    an incident that continues one of the last scan's (a member in common) keeps its id."""
+    own = {ids[i]: f for i, f in files.items()}
+    earlier: dict[str, list[str]] = {}
+    for inc in findings_json.incidents_in(before) if before else []:
+        for m in inc["members"]:
+            earlier[m] = inc.get("files") or []
+    sources = {}
+    for f in doc["findings"]:
+        got = set(own.get(f["id"], [])) | set(earlier.get(f["id"], []))
+        if f["id"] not in own:
+            got |= {e["file"] for e in f["evidence"]}
+        sources[f["id"]] = sorted(got)
+    pairs = {(ids[a], ids[b]): n for (a, b), n in shared.items()}
+    out = findings_json.incidents_of(doc["findings"], None, sources, pairs, RULES)
+    if before is not None:
+        _keep_ids(out, findings_json.incidents_in(before))
+    return out
+
+
+def _keep_ids(incidents: list[dict], before: list[dict]) -> None:
+    """Each incident that continues one of `before` (a member in common: the one holding its
+    primary, else the one it shares most members with) takes that one's id; no two take one."""
+    was = {m: inc["id"] for inc in before for m in inc["members"]}
+    taken: set[str] = set()
+    for inc in incidents:  # most severe first: the worse loop keeps the id
+        votes = Counter(was[m] for m in inc["members"] if m in was)
+        first = was.get(inc["primary"])
+        order = ([first] if first else []) + [i for i, _ in votes.most_common()]
+        choice = next((i for i in order if i not in taken), None)
+        if choice is not None:
+            inc["id"] = choice
+            taken.add(choice)
 
 
 def _mark_unseen(con: duckdb.DuckDBPyConnection, store: Store) -> None:
@@ -181,9 +232,7 @@ def continue_findings(before: dict, window: dict, goes_on: dict[str, str],
             continue
         prev = merged[goes_on[w["id"]]]
         m = merged[prev["id"]] = _plus(prev, w)
-        share, more = prev["attributed"], w["attributed"]
-        m["attributed"] = {k: _add_cost(share[k], more[k]) if k == "cost_usd" else share[k] + more[k]
-                           for k in share}
+        m["attributed"] = _plus_owned(prev["attributed"], w["attributed"])
         m["end"] = max(prev["end"], w["end"])
         if m["start"]:
             m["duration_s"] = round((_parse_iso(m["end"]) - _parse_iso(m["start"])).total_seconds(),
@@ -200,6 +249,21 @@ def continue_findings(before: dict, window: dict, goes_on: dict[str, str],
         "note": "detectors read only recent events; figures of continuing findings and the "
                 "totals are the previous scan's plus the events it had not seen"})
     return doc
+
+
+def _plus_owned(before: dict, new: dict) -> dict:
+    """A finding's owned figures (`attributed`), the last scan's plus the new events'."""
+    out = {}
+    for k in sorted(before.keys() | new.keys()):
+        a, b = before.get(k), new.get(k)
+        if k == "cost_usd":
+            out[k] = _add_cost(a, b)
+        elif isinstance(a, dict) or isinstance(b, dict):
+            a, b = a or {}, b or {}
+            out[k] = {x: a.get(x, 0) + b.get(x, 0) for x in sorted(a.keys() | b.keys())}
+        else:
+            out[k] = (a or 0) + (b or 0)
+    return out
 
 
 def _add_cost(a: float | None, b: float | None) -> float | None:

@@ -1,8 +1,10 @@
-"""Scheduled scans: follow findings across runs and alert once per runaway, not once per run.
+"""Scheduled scans: follow findings and incidents across runs and alert once per runaway
+loop, not once per run, nor once per detector that saw it.
 
 A finding keeps its id while it grows (the id is what it is: detector, participants and where
-it began), so comparing this scan's findings with the last scan's says which are new, which
-still grow, which escalated and which ended. Only new and escalated ones are alerts.
+it began), and an incident keeps its primary finding's, so comparing this scan's with the last
+scan's says which are new, which still grow, which escalated and which ended. Alerts are per
+incident: when it is new, when it escalated, and once when it ended.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from .findings_json import incidents_in
 from .store import Store
 from .vocabulary import SEVERITIES
 
@@ -22,7 +25,8 @@ QUIET_AFTER = dt.timedelta(minutes=10)
 @dataclass
 class Tracked:
     statuses: dict[str, str]  # finding id → new, growing, escalated, ongoing, ended
-    alerts: list[dict] = field(default_factory=list)
+    alerts: list[dict] = field(default_factory=list)  # one per incident that is news
+    incidents: dict[str, str] = field(default_factory=dict)  # incident id → its status
 
 
 def previous_document(store: Store) -> dict | None:
@@ -36,41 +40,64 @@ def previous_document(store: Store) -> dict | None:
     return json.loads(rows[0][0])
 
 
-def track(doc: dict, before: dict[str, dict], alert_on: str = "high") -> Tracked:
-    """Give each finding of `doc` a status against `before`; alerts for new or escalated
-    findings at or above `alert_on`. `doc` itself is left alone: the findings JSON stays the
-    same for the same inputs, however often they were scanned."""
+def status(now: dict, before: dict | None, latest: dt.datetime | None) -> str:
+    """A finding's or an incident's state against the last scan's: new, escalated (more
+    severe), growing (more events), ended (quiet for QUIET_AFTER before the log's latest
+    event) or ongoing."""
+    if before is None:
+        return "new"
+    if SEVERITIES.index(now["severity"]) > SEVERITIES.index(before["severity"]):
+        return "escalated"
+    if now["events"] > before["events"]:
+        return "growing"
+    if _quiet(now, latest):
+        return "ended"
+    return "ongoing"
+
+
+def _quiet(x: dict, latest: dt.datetime | None) -> bool:
+    end = _parse(x["end"])
+    return bool(latest and end and latest - end > QUIET_AFTER)
+
+
+def track(doc: dict, before_doc: dict | None, alert_on: str = "high") -> Tracked:
+    """Give each finding and each incident of `doc` a status against `before_doc` (the last
+    scan's document); an alert for each incident at or above `alert_on` that is new, that
+    escalated, or that ended since the last scan (`loophound.incident-alert/v1`): one loop
+    found by three detectors is one alert. `doc` itself is left alone: the findings JSON stays
+    the same for the same inputs, however often they were scanned."""
     latest = _parse(doc["totals"].get("end"))
     floor = SEVERITIES.index(alert_on) if alert_on in SEVERITIES else len(SEVERITIES)
-    out = Tracked({})
-    for f in doc["findings"]:
-        old = before.get(f["id"])
-        end = _parse(f["end"])
-        if old is None:
-            status = "new"
-        elif SEVERITIES.index(f["severity"]) > SEVERITIES.index(old["severity"]):
-            status = "escalated"
-        elif f["events"] > old["events"]:
-            status = "growing"
-        elif latest and end and latest - end > QUIET_AFTER:
-            status = "ended"
-        else:
-            status = "ongoing"
-        out.statuses[f["id"]] = status
-        if status in ("new", "escalated") and SEVERITIES.index(f["severity"]) >= floor:
-            out.alerts.append(alert(f, status, old))
+    before = {f["id"]: f for f in before_doc["findings"]} if before_doc else {}
+    out = Tracked({f["id"]: status(f, before.get(f["id"]), latest) for f in doc["findings"]})
+    earlier = {i["id"]: i for i in incidents_in(before_doc)} if before_doc else {}
+    was_latest = _parse(before_doc["totals"].get("end")) if before_doc else None
+    for inc in doc.get("incidents") or []:
+        old = earlier.get(inc["id"])
+        now = out.incidents[inc["id"]] = status(inc, old, latest)
+        news = now in ("new", "escalated") or (
+            _quiet(inc, latest) and old is not None and not _quiet(old, was_latest))
+        if news and SEVERITIES.index(inc["severity"]) >= floor:
+            out.alerts.append(alert(inc, "ended" if now not in ("new", "escalated") else now,
+                                    old))
     return out
 
 
-def alert(f: dict, status: str, old: dict | None) -> dict:
+ALERT_SCHEMA = "loophound.incident-alert/v1"
+
+
+def alert(inc: dict, status: str, old: dict | None) -> dict:
+    """One incident as an alert: what it is, how bad, what it cost, where to look."""
     return {
-        "schema": "loophound.alert/v1", "status": status, "id": f["id"],
-        "detector": f["detector"], "severity": f["severity"],
-        "previous_severity": old["severity"] if old else None,
-        "title": f["title"], "summary": f["summary"], "start": f["start"], "end": f["end"],
-        "events": f["events"], "cost_usd": f["cost_usd"], "actors": f["actors"],
-        "sessions": f["sessions"], "evidence": f["evidence"][:3],
-        "recommendation": f["recommendation"],
+        "schema": ALERT_SCHEMA, "status": status, "id": inc["id"],
+        "severity": inc["severity"], "previous_severity": old["severity"] if old else None,
+        "title": inc["title"], "summary": inc["summary"], "detector": inc["detector"],
+        "detectors": inc["detectors"], "primary": inc["primary"], "members": inc["members"],
+        "also_seen_as": [s["text"] for s in inc["signals"]],
+        "interruptions": inc["interruptions"], "start": inc["start"], "end": inc["end"],
+        "events": inc["events"], "cost_usd": inc["cost_usd"], "actors": inc["actors"],
+        "targets": inc["targets"], "sessions": inc["sessions"],
+        "evidence": inc["evidence"][:3], "recommendation": inc["recommendation"],
     }
 
 

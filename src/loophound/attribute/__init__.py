@@ -1,12 +1,14 @@
 """Attribute the log to findings: which events each finding claims, what they occupy and cost.
 
 Every event belongs to at most one finding (the detector with the lowest rank explains it
-best, then the more severe finding) or to the background; each finding also keeps its own
-claimed totals, so a rate spike on top of a retry storm still says how big it was.
+best, then the more severe finding, then the one that began first) or to the background;
+each finding also keeps its own claimed totals, so a rate spike on top of a retry storm
+still says how big it was.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -47,6 +49,12 @@ class Attributed:
     exclusive_lines: int = 0
     exclusive_bytes: int = 0
     exclusive_cost_usd: float | None = None
+    # what the events it owns are, as the whole log's totals count them: actions of every
+    # kind (a second stored copy of a message is not one) by kind, tokens, and cost basis
+    exclusive_by_kind: dict[str, int] = field(default_factory=dict)
+    exclusive_tokens: int = 0
+    exclusive_unpriced_tokens: int = 0
+    exclusive_cost_status: dict[str, int] = field(default_factory=dict)
 
 
 UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "llm_call",
@@ -97,7 +105,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         LEFT JOIN _claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
         LEFT JOIN _event_facts o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon"""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE claimed AS
-        SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.byte_length, e.ts,
+        SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.fidx AS owner, e.byte_length, e.ts,
                {unit} AS is_unit, {owned_unit} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
         FROM _claims c
@@ -118,24 +126,76 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
             "GROUP BY ALL ORDER BY ALL").fetchall():
         basis.setdefault(fid, {})[status] = n
     evidence = _evidence(con, findings)
+    owns = _owned_by_kind(con)
     out = []
     for i, f in enumerate(findings):
         units, lines, nbytes, tokens, cost, unpriced, x_units, x_lines, x_bytes, x_cost = \
             stats.get(i, (0, 0, 0, 0, None, 0, 0, 0, 0, None))
+        by_kind, x_tokens, x_unpriced, x_basis = owns.get(i, ({}, 0, 0, {}))
         out.append(Attributed(
             f, units, lines, int(nbytes or 0), int(tokens or 0), _num(cost), basis.get(i, {}),
             int(unpriced), evidence.get(i, []), x_units, x_lines, int(x_bytes), _num(x_cost),
+            by_kind, x_tokens, x_unpriced, x_basis,
         ))
     return out, totals(con)
+
+
+def _owned_by_kind(con: duckdb.DuckDBPyConnection
+                   ) -> dict[int, tuple[dict[str, int], int, int, dict[str, int]]]:
+    """Per owning finding: its owned actions by kind (counted as the totals count them, so a
+    finding's, an incident's and the background's add up to the whole log), its owned tokens,
+    unpriced tokens and events per cost basis. One pass over `_event_facts`."""
+    rows = con.execute("""
+        SELECT e.fidx, e.kind, e.cost_status,
+               count(*) FILTER (WHERE list_contains($units, e.kind) AND cp.event_id IS NULL),
+               count(*), coalesce(sum(e.tokens), 0)
+        FROM _event_facts e LEFT JOIN _copies cp USING (event_id)
+        WHERE e.fidx IS NOT NULL GROUP BY ALL ORDER BY ALL""",
+                       {"units": list(UNIT_KINDS_ALL)}).fetchall()
+    out: dict[int, tuple[dict[str, int], int, int, dict[str, int]]] = {}
+    for fidx, kind, status, actions, n, tokens in rows:
+        by_kind, tok, unpriced, basis = out.get(fidx, ({}, 0, 0, {}))
+        if actions:
+            by_kind[kind] = by_kind.get(kind, 0) + int(actions)
+        if status is not None:
+            basis[status] = basis.get(status, 0) + int(n)
+        out[fidx] = (by_kind, tok + int(tokens),
+                     unpriced + (int(tokens) if status == "unpriced" else 0), basis)
+    return out
+
+
+def claim_overlaps(con: duckdb.DuckDBPyConnection
+                   ) -> tuple[dict[int, list[str]], dict[tuple[int, int], int]]:
+    """What grouping findings into incidents needs of their claims: the input files each
+    finding claims events in, and for two findings, how many events one claims that the other
+    owns (a signal's events that the loop's finding explains better). Read from `claimed`,
+    which pairs every claim with the event's owner already: no second join of the claims."""
+    paths = dict(con.execute("SELECT input_id, path FROM inputs").fetchall())
+    files: dict[int, list[str]] = {}
+    shared: dict[tuple[int, int], int] = {}
+    for fidx, owner, inputs, n in con.execute("""
+            SELECT fidx, CASE WHEN owned THEN NULL ELSE owner END AS other,
+                   list(DISTINCT CAST(event_id >> 32 AS INTEGER) ORDER BY 1), count(*)
+            FROM claimed GROUP BY ALL ORDER BY ALL""").fetchall():
+        files.setdefault(fidx, [])
+        files[fidx] = sorted(set(files[fidx]) | {paths.get(i, str(i)) for i in inputs})
+        if owner is not None:
+            shared[(fidx, owner)] = int(n)
+    return files, shared
+
+
+def priority(f: Finding) -> tuple:
+    """Which finding explains an event best, the first: the most specific detector (lowest
+    rank), then the most severe finding, then the one that began first."""
+    rank = DETECTORS[f.detector].rank if f.detector in DETECTORS else 99
+    return (rank, -severity_rank(f.severity), f.start or dt.datetime.max, f.id)
 
 
 def _claim(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:
     """`_claims`: every finding's events (by index), with the answer lines of its requests."""
     # `_claims` holds integers only (a finding's index, an event); `claims` names the finding
     con.execute("CREATE OR REPLACE TEMP TABLE _claims (fidx INTEGER, event_id BIGINT)")
-    order = sorted(range(len(findings)), key=lambda i: (
-        DETECTORS[findings[i].detector].rank if findings[i].detector in DETECTORS else 99,
-        -severity_rank(findings[i].severity), findings[i].id))
+    order = sorted(range(len(findings)), key=lambda i: priority(findings[i]))
     units = [(i, k) for i, f in enumerate(findings) for k in f.unit_kinds]
     db.temp_table(con, "finding_units", {"fidx": ("INTEGER", [u[0] for u in units]),
                                          "kind": ("VARCHAR", [u[1] for u in units])})
@@ -230,4 +290,5 @@ def totals(con: duckdb.DuckDBPyConnection) -> Totals:
                   None if row[4] is None else float(row[4]), status, int(row[5]), row[6], row[7])
 
 
-__all__ = ["Attributed", "CostModel", "Totals", "attribute", "load_cost_model"]
+__all__ = ["Attributed", "CostModel", "Totals", "attribute", "claim_overlaps", "load_cost_model",
+           "priority"]

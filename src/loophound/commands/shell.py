@@ -267,11 +267,13 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
         err.print(f"{new}; nothing to scan", highlight=False)
         return 0
     write_json(result.document, json_out)
-    statuses = result.tracked.statuses
-    counts = {k: sum(1 for v in statuses.values() if v == k)
-              for k in ("new", "escalated", "growing", "ongoing", "ended")}
-    err.print(f"{new}; findings: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v),
-              highlight=False)
+    def tally(statuses: dict[str, str]) -> str:
+        counts = {k: sum(1 for v in statuses.values() if v == k)
+                  for k in ("new", "escalated", "growing", "ongoing", "ended")}
+        return ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+
+    err.print(f"{new}; incidents: {tally(result.tracked.incidents)}; findings: "
+              f"{tally(result.tracked.statuses)}", highlight=False)
     lines = [_json.dumps(a, sort_keys=True) for a in result.tracked.alerts]
     if alerts is not None:
         with alerts.open("a", encoding="utf-8") as fh:
@@ -285,8 +287,9 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
             err.print(f"[yellow]warning[/] {shown(problem)}", highlight=False)
     if fail_on == "never":
         return 0
-    floor = SEVERITIES.index(fail_on)
-    return int(any(SEVERITIES.index(a["severity"]) >= floor for a in result.tracked.alerts))
+    floor = SEVERITIES.index(fail_on)  # a loop that ended is news, not a failure
+    return int(any(SEVERITIES.index(a["severity"]) >= floor for a in result.tracked.alerts
+                   if a["status"] != "ended"))
 
 
 def exit_status(doc: dict, fail_on: str) -> int:

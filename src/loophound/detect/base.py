@@ -69,6 +69,9 @@ class Finding:
     # the detector's own picks, shown first; attribution adds the first and last claimed lines
     evidence: list[EvidenceLine] = field(default_factory=list)
     evidence_limit: int = 5
+    # how it reads as a corroborating signal of a loop another finding describes best
+    # ("a rate spike 98× its baseline"): the incident's "also seen as"; default: the title
+    signal: str = ""
 
     def __post_init__(self) -> None:
         # one of the vocabulary's words, kept as the plain string the JSON and Parquet hold
@@ -98,6 +101,10 @@ class Detector:
     # what an event of those kinds must carry for it to judge it: every group, one column of
     # each (coverage.py counts the events a detector could judge; none means "not judged")
     needs: tuple[tuple[str, ...], ...] = (("ts",),)
+    # what its findings are about, for the report's pictures (report/model.py SHAPE_EXTRAS):
+    # `events` (a rate over time), `pair` (two parties exchanging messages: a sequence),
+    # `cycle` (agents triggering each other in a ring: a graph)
+    shape: str = "events"
 
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug

@@ -335,6 +335,7 @@ def _guard_finding(g: GuardEpisode, severity: Severity, p: Params) -> Finding:
     return _pair_finding(
         g, "guard", severity,
         title=f"{where}: {len(g.ids)} message(s) reached MAX_HOP_DEPTH {p.max_hop_depth} ({what})",
+        signal=f"{len(g.ids)} message(s) stopped at the MAX_HOP_DEPTH {p.max_hop_depth} guard",
         summary=f"Between {g.start:%Y-%m-%d %H:%M:%S} and {g.stop:%H:%M:%S} on "
                 f"{where}: " + "; ".join(parts) + ".",
         recommendation=rec,
@@ -369,6 +370,7 @@ def _stuck_finding(s: StuckEpisode, severity: Severity, p: Params) -> Finding:
     return _pair_finding(
         s, "not_carried", severity,
         title=f"{where}: depth not carried across {n:,} automatic replies (stuck at {dtext})",
+        signal=f"depth not carried across {n:,} replies",
         summary=(f"{n:,} replies between {da} and {db} came within {p.machine_reply_s:g} s (median "
                  f"{(gap or 0) / 1000:.3g} s) and carried depth {dtext}, no higher than the message "
                  f"they answered, from {s.start:%Y-%m-%d %H:%M:%S} to "
@@ -389,6 +391,7 @@ def _hook_finding(h: StuckLineage, severity: Severity) -> Finding:
         detector="depth_violation",
         key=f"hook_depth|{root_ref}|{first['ts']:%Y-%m-%dT%H:%M:%S.%f}",
         severity=severity,
+        signal=f"hook depth stuck at {h.depth} along {h.hops} hops",
         title=(f"hook_origin_depth stuck at {h.depth} along a {h.hops}-hop lineage "
                f"({', '.join(names[:5])}{'…' if len(names) > 5 else ''})"),
         summary=(f"Starting with {first['source']} → {first['target']} at "
@@ -431,4 +434,5 @@ DETECTOR = Detector(
     rank=40,
     reads=("message", "room_post", "record", "trigger", "session_start", "session_end"),
     needs=(("ts",), ("depth",)),
+    shape="pair",
 )

@@ -316,6 +316,7 @@ def describe(e: Episode, severity: Severity, p: Params) -> Finding:
         detector="ping_pong",
         key=f"{e.channel}|{a}|{b}|{e.start:%Y-%m-%dT%H:%M:%S.%f}",
         severity=severity, title=title, summary=summary,
+        signal=f"a ping-pong of {len(e.ids):,} messages between {da} and {db} ({pattern})",
         recommendation=_recommendation(e, p),
         start=e.start, end=e.stop,
         actors=[a, b], targets=[b, a] if not is_room else [e.channel],
@@ -405,4 +406,5 @@ DETECTOR = Detector(
     rank=30,
     reads=("message", "room_post", "record"),
     needs=(("ts",), ("actor",), ("target",)),
+    shape="pair",
 )

@@ -669,6 +669,8 @@ def describe(s: Spike, severity: Severity, p: Params) -> Finding:
         detector="rate_spike",
         key=f"{s.fmt}|{s.scope}|{s.series}|{start:%Y-%m-%dT%H:%M:%S}",
         severity=severity, title=title, summary=summary,
+        signal=(f"a rate spike {ratio:,.0f}× its baseline ({n:,} events at {_rate(rate)})"
+                if math.isfinite(ratio) else f"a rate spike of {n:,} events at {_rate(rate)}"),
         recommendation=_recommendation(machine_cadence, machine_rate, s.guards),
         start=start, end=stop,
         actors=s.actors, targets=s.targets, sessions=s.sessions,

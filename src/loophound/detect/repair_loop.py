@@ -297,6 +297,7 @@ def describe(r: RepairRun, severity: Severity, p: Params) -> Finding:
         detector="repair_loop",
         key=f"{r.session}|{'+'.join(r.actors)}|step {r.first_step}",
         severity=severity, title=title, summary=summary,
+        signal=f"a repair loop exhausted on {n} consecutive steps",
         recommendation=(
             "Cap repair attempts and stop re-sending an identical proposal: when a repair returns "
             "the same proposal_hash as the attempt it repairs, abort the step (fall back to the "

@@ -297,6 +297,7 @@ def describe(r: ErrorRun, severity: Severity, p: Params) -> Finding:
         detector="repeated_error",
         key=f"{r.actor}|{r.session}|{r.action}|{r.error}|{r.start:%Y-%m-%dT%H:%M:%S}",
         severity=severity, title=title, summary=summary,
+        signal=f"{n:,} {r.error} errors in a row" + (f" on {what}" if r.action else ""),
         recommendation=_recommendation(r.error, r.retry_never, terminal is not None),
         start=r.start, end=r.stop,
         actors=[r.actor] if r.actor else [],

@@ -298,6 +298,7 @@ def describe(c: Cycle, severity: Severity, p: Params) -> Finding:
         detector="trigger_cycle",
         key=f"{'→'.join(cyc)}|{c.first_session or c.hop_ref}|{start:%Y-%m-%dT%H:%M:%S.%f}",
         severity=severity, title=title, summary=summary,
+        signal=f"a trigger cycle {ring}, {laps:,} laps",
         recommendation=_recommendation(cyc, median_lap_s, c.hooks_per_agent_hour, p),
         start=start, end=end,
         actors=sorted(set(cyc)), targets=sorted(set(cyc)), sessions=list(c.sessions),
@@ -346,4 +347,5 @@ DETECTOR = Detector(
     rank=20,
     reads=("trigger", "session_start", "session_end"),
     needs=(("ts",), ("actor",), ("target",)),
+    shape="cycle",
 )

@@ -424,6 +424,8 @@ def describe(o: Outlier, severity: Severity, p: Params) -> Finding:
         detector="unusual_actor",
         key=f"{o.fmt}|{o.who}|{o.start:%Y-%m-%dT%H:%M:%S}",
         severity=severity, title=title, summary=summary,
+        signal=(f"an actor unlike the rest of the log ({', '.join(f.replace('_', ' ') for f in unusual[:2])}"
+                f"; anomaly score {o.score:.2f})"),
         recommendation=(
             "Read the windows' events before acting: if they are a loop, cap the actor's rate "
             "and add a circuit breaker on repeated identical actions or errors; if they are "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from . import fmt
-from .model import Panel, TimelineGroup
+from .model import Panel, RateChart, TimelineGroup
 
 # Okabe–Ito and Tableau hues: distinguishable, also for most colour-blind readers.
 PALETTE = ("#d55e00", "#0072b2", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#8c564b",
@@ -20,9 +20,9 @@ FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-ser
 
 
 def color_of(label: str) -> str:
-    """A finding's colour, the same in every chart (from its label F1, F2, ...)."""
+    """An incident's colour, the same in every chart and picture (from its label I1, I2, ...)."""
     try:
-        n = int(label.lstrip("F"))
+        n = int(label.lstrip("IF"))
     except ValueError:
         return "#6b7280"
     return PALETTE[(n - 1) % len(PALETTE)]
@@ -55,7 +55,7 @@ def timeline(g: TimelineGroup, detectors: dict[str, str]) -> dict:
         if not s.x:
             continue
         if s.key == "background":
-            name, color = "background (no finding)", BACKGROUND
+            name, color = "background (no loop)", BACKGROUND
         elif s.key == "other":
             name, color = fmt.plot_text(s.name), "#6b7280"
         else:
@@ -75,7 +75,8 @@ def timeline(g: TimelineGroup, detectors: dict[str, str]) -> dict:
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0.13, xanchor="left",
                     traceorder="normal"),
         xaxis=dict(type="date", title=dict(
-            text="simulated time (LabTrust t_s from 2000-01-01)" if g.simulated else "time (UTC)"),
+            text="simulated time from 2000-01-01 (LabTrust t_s, trajectory steps)" if g.simulated
+            else "time (UTC)"),
             showgrid=False, linecolor="#9ca3af"),
         yaxis=dict(title=dict(text=f"events per {unit}"), gridcolor="#e5e7eb", rangemode="tozero"),
     ))
@@ -95,8 +96,7 @@ def _marks(marks: list[tuple[str, str, str]]) -> tuple[list[dict], list[dict]]:
     return shapes, notes
 
 
-def rate(p: Panel) -> dict | None:
-    r = p.rate
+def rate(p: Panel, r: RateChart | None) -> dict | None:
     if r is None:
         return None
     width_ms = r.bucket_s * 1000
@@ -128,10 +128,10 @@ def talkers(rows: list[dict], limit: int = 10) -> dict | None:
     labels = [f"{i + 1}. {fmt.plot_text(r['actor'] if r['actor'] is not None else '(none)', 28)}"
               for i, r in enumerate(rows)]
     fig = go.Figure()
-    fig.add_trace(go.Bar(y=labels, x=[r["in_findings"] for r in rows], orientation="h",
-                         name="in a finding", marker=dict(color=PALETTE[0]),
-                         hovertemplate="%{x:,}<extra>in a finding</extra>"))
-    fig.add_trace(go.Bar(y=labels, x=[r["events"] - r["in_findings"] for r in rows],
+    fig.add_trace(go.Bar(y=labels, x=[r["in_incidents"] for r in rows], orientation="h",
+                         name="in a runaway loop", marker=dict(color=PALETTE[0]),
+                         hovertemplate="%{x:,}<extra>in a runaway loop</extra>"))
+    fig.add_trace(go.Bar(y=labels, x=[r["events"] - r["in_incidents"] for r in rows],
                          orientation="h", name="background", marker=dict(color=BACKGROUND),
                          hovertemplate="%{x:,}<extra>background</extra>"))
     fig.update_layout(**_layout(

@@ -5,7 +5,11 @@ can be tested without a browser and every number on the page has one origin. Agg
 happens in SQL over one narrow table of per-event facts (`_rep`): the report of a 1.2 M-line
 log carries a few thousand numbers, not a million points.
 
-Determinism: every query has a total order, labels come from the findings' order in the
+The report leads with incidents (`loophound.incidents`): one panel per runaway loop, led by
+its primary finding, with the findings that corroborate it as "also seen as" signals, and one
+row per incident in the attribution, each owning its events.
+
+Determinism: every query has a total order, labels come from the incidents' order in the
 findings document, and the only wall-clock value is the labelled generation time.
 """
 
@@ -23,6 +27,7 @@ import duckdb
 
 from .. import db, queries
 from ..attribute import UNIT_KINDS_ALL
+from ..findings_json import incidents_in
 from ..store import define_message_copies
 from . import fmt
 from .evidence import Evidence, quote
@@ -120,18 +125,28 @@ class Graph:
 
 @dataclass
 class Panel:
-    label: str  # F1, F2, ... in the findings document's order
-    finding: dict  # the loophound.findings/v1 finding
-    own: Figures
-    exclusive: Figures
+    """One incident: a runaway loop, its primary finding and the findings that corroborate it."""
+
+    label: str  # I1, I2, ... in the findings document's order of incidents
+    incident: dict  # the loophound.findings/v1 incident
+    finding: dict  # its primary finding
+    members: list[dict]  # every finding of the incident, the primary first
+    own: Figures  # the events the incident owns: each counted for one incident only
     noun: str
+    kinds: list[tuple[str, int]]  # its events by kind, as (noun, count), most first
     phrase: list[tuple[str, str]]  # who did what, as (style, text) segments
-    overlaps: list[tuple[str, int]]  # (label of the finding that explains them, lines)
+    overlaps: list[tuple[str, int]]  # (label of the incident that owns them, lines)
     evidence: list[Evidence]
-    rate: RateChart | None = None
-    sequence: Sequence | None = None
-    graph: Graph | None = None
+    # (extra, its data) in the order registered for its primary's shape (SHAPE_EXTRAS)
+    extras: list[tuple[str, Any]] = field(default_factory=list)
     details: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def signals(self) -> list[dict]:
+        return self.incident["signals"]
+
+    def extra(self, name: str) -> Any:
+        return next((data for n, data in self.extras if n == name), None)
 
 
 @dataclass
@@ -147,7 +162,7 @@ class Report:
     background: Figures
     panels: list[Panel]
     panels_omitted: int
-    rest: Figures | None  # the findings past MAX_PANELS, together
+    rest: Figures | None  # the incidents past MAX_PANELS, together
     timeline: list[TimelineGroup]
     timeline_omitted: list[str]
     time_ranges: int
@@ -161,6 +176,9 @@ class Report:
     quarantine: list[dict]
     method: dict
     document: dict
+    incidents: list[dict] = field(default_factory=list)  # the document's, in its order
+    labels: dict[str, str] = field(default_factory=dict)  # incident id → I1, I2, ...
+    incident_of: dict[str, str] = field(default_factory=dict)  # finding id → incident id
 
     @property
     def headline_text(self) -> str:
@@ -189,9 +207,12 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
     and the attribution's tables): a fresh `ScanResult`, or a saved run read back."""
     con: duckdb.DuckDBPyConnection = result.con
     doc: dict = result.document
-    _facts(con)
     findings = doc["findings"]
-    labels = {f["id"]: f"F{i + 1}" for i, f in enumerate(findings)}
+    by_id = {f["id"]: f for f in findings}
+    incidents = incidents_in(doc)
+    labels = {inc["id"]: f"I{i + 1}" for i, inc in enumerate(incidents)}
+    incident_of = {m: inc["id"] for inc in incidents for m in inc["members"]}
+    _facts(con, incident_of)
     log_bytes = sum(int(i.get("bytes") or 0) for i in doc["inputs"])
     t = doc["totals"]
     total_events = int(t["events"])
@@ -201,43 +222,36 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
         start=t["start"], end=t["end"], total_events=total_events, log_bytes=log_bytes,
     )
     owned = _owned(con)
-    unit_kinds = result.unit_kinds
-    windows = {f["id"]: w for f in findings[:MAX_PANELS] if (w := _window(f)) is not None}
-    claimed = _claims_pass(con, windows)
-    nouns = _nouns(claimed, unit_kinds)
-    overlaps = _overlaps(claimed, labels)
-    wanted = [(e["file"], e["line"]) for f in findings[:MAX_PANELS] for e in f["evidence"]]
+    shown = incidents[:MAX_PANELS]
+    kinds = _kinds(con)
+    overlaps = _overlaps(con, labels)
+    inputs = _incident_inputs(con)
+    wanted = [(e["file"], e["line"]) for inc in shown for e in by_id[inc["primary"]]["evidence"]]
     quoted = quote(con, wanted)
 
     panels = []
-    for f in findings[:MAX_PANELS]:
-        own = _figures(events=f["events"], lines=f["lines"], nbytes=f["bytes"], tokens=f["tokens"],
-                       cost=f["cost_usd"], basis=f["cost_basis"], unpriced=f["unpriced_tokens"],
-                       start=f["start"], end=f["end"], total_events=total_events,
-                       log_bytes=log_bytes)
-        excl = _owned_figures(owned.get(f["id"]), f["start"], f["end"], total_events,
-                              log_bytes, events=f["attributed"]["events"])
-        noun = nouns.get(f["id"], "events")
+    for inc in shown:
+        head = by_id[inc["primary"]]
+        own = _owned_figures(owned.get(inc["id"]), inc["start"], inc["end"], total_events,
+                             log_bytes)
+        counts = sorted(kinds.get(inc["id"], {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        noun = _noun(counts)
         evidence = []
-        for e in f["evidence"]:
+        for e in head["evidence"]:
             q = quoted[(e["file"], e["line"])]
             evidence.append(Evidence(q.file, q.line, e.get("note"), q.text, q.byte_length,
                                      q.truncated, q.problem))
-        panel = Panel(labels[f["id"]], f, own, excl, noun, phrase(f, noun),
-                      overlaps.get(f["id"], []), evidence, details=_details(f["details"]))
-        if f["id"] in windows and f["id"] in claimed:
-            panel.rate = _rate_chart(con, windows[f["id"]], claimed[f["id"]],
-                                     unit_kinds.get(f["id"], UNIT_KINDS_ALL))
-        if f["detector"] == "ping_pong" or "pair" in f["details"]:
-            panel.sequence = _sequence(con, f)
-        if f["detector"] == "trigger_cycle" or "cycle" in f["details"]:
-            panel.graph = _graph(con, f)
+        panel = Panel(labels[inc["id"]], inc, head, [by_id[m] for m in inc["members"]], own,
+                      noun, [(NOUNS.get(k, k), n) for k, n in counts], phrase(head, noun),
+                      overlaps.get(inc["id"], []), evidence, details=_details(head["details"]))
+        context = _Context(con, inc, head, inputs.get(inc["id"], []))
+        panel.extras = [(name, EXTRAS[name](context)) for name in extras_of(head["detector"])]
         panels.append(panel)
 
     rest = None
-    if len(findings) > MAX_PANELS:  # the attribution still adds up: the others in one row
-        extra = [owned[f["id"]] for f in findings[MAX_PANELS:] if f["id"] in owned]
-        merged = {"events": sum(f["attributed"]["events"] for f in findings[MAX_PANELS:]),
+    if len(incidents) > MAX_PANELS:  # the attribution still adds up: the others in one row
+        extra = [owned[i["id"]] for i in incidents[MAX_PANELS:] if i["id"] in owned]
+        merged = {"events": sum(o["events"] for o in extra),
                   "lines": sum(o["lines"] for o in extra), "bytes": sum(o["bytes"] for o in extra),
                   "tokens": sum(o["tokens"] for o in extra),
                   "cost": sum(o["cost"] for o in extra if o["cost"] is not None)
@@ -248,11 +262,11 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
     active_s = sum((g["end"] - g["start"]).total_seconds() for g in groups)
     background = _owned_figures(owned.get(None), totals.start, totals.end, total_events,
                                 log_bytes, duration_s=active_s if len(groups) > 1 else None)
-    timeline, omitted = _timeline(con, groups, findings, labels)
+    timeline, omitted = _timeline(con, groups, incidents, labels)
     talkers, actors_total = _talkers(con, labels, total_events, t["bytes"])
     cost_notes = _cost_notes(con, doc)
     report = Report(
-        title=_title(doc, findings),
+        title=_title(incidents),
         tool_version=doc["tool_version"],
         generated_at=generation_time(generated_at),
         headline=headline(doc, panels, totals, log_bytes),
@@ -262,7 +276,7 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
         log_bytes=log_bytes,
         background=background,
         panels=panels,
-        panels_omitted=max(0, len(findings) - MAX_PANELS),
+        panels_omitted=max(0, len(incidents) - MAX_PANELS),
         rest=rest,
         timeline=timeline,
         timeline_omitted=omitted,
@@ -277,27 +291,82 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
         quarantine=_quarantine(con),
         method=doc["method"],
         document=doc,
+        incidents=incidents,
+        labels=labels,
+        incident_of=incident_of,
     )
     report.kpis = _kpis(report)
     con.execute("DROP TABLE IF EXISTS _rep")
     return report
 
 
-def _facts(con: duckdb.DuckDBPyConnection) -> None:
-    """One narrow row per event with its owner and cost (attribution's `_event_facts`, owners
-    named): every aggregate below reads this.
+# -- panel extras: what a panel shows besides its figures, by the shape of its finding ---------
+# A panel's pictures depend on what its primary finding is about, which its detector declares
+# (`Detector.shape`): `events` get the rate chart of the loop's events, a `pair` also the
+# sequence of its first messages, a `cycle` the who-triggered-whom graph. Each shape's extras
+# are registered here; each extra has a gatherer here (`EXTRAS`) and a renderer in
+# sections/findings.py (`RENDERERS`). A detector of a shape without an entry, or an extra
+# without a gatherer or a renderer, is an error, never a panel silently drawn without it.
+
+SHAPE_EXTRAS: dict[str, tuple[str, ...]] = {
+    "events": ("rate",),
+    "pair": ("rate", "sequence"),
+    "cycle": ("rate", "graph"),
+}
+
+
+class MissingRenderer(LookupError):
+    """A detector, or a shape or an extra it names, that the report has no renderer for."""
+
+
+def extras_of(detector: str) -> tuple[str, ...]:
+    """The extras a panel led by one of `detector`'s findings shows, in order."""
+    from ..detect import DETECTORS
+
+    if detector not in DETECTORS:
+        raise MissingRenderer(f"no detector {detector!r} is registered, so the report does not "
+                              "know what its findings are about")
+    shape = DETECTORS[detector].shape
+    if shape not in SHAPE_EXTRAS:
+        raise MissingRenderer(f"detector {detector!r} declares shape {shape!r}, which has no "
+                              "panel extras in loophound.report.model.SHAPE_EXTRAS")
+    names = SHAPE_EXTRAS[shape]
+    missing = [n for n in names if n not in EXTRAS]
+    if missing:
+        raise MissingRenderer(f"shape {shape!r} wants panel extras {missing} that have no "
+                              "gatherer in loophound.report.model.EXTRAS")
+    return names
+
+
+@dataclass
+class _Context:
+    """What an extra's gatherer may read: the connection (with `_rep`), the incident, its
+    primary finding, and the inputs its events are in."""
+
+    con: duckdb.DuckDBPyConnection
+    incident: dict
+    finding: dict
+    inputs: list[int]
+
+
+def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
+    """One narrow row per event with its owner, the owner's incident and the cost
+    (attribution's `_event_facts`, owners named): every aggregate below reads this.
     `unit`: the event is a unit of work (a request, message, step, ...), counted once: the
     second stored copy of a message both parties recorded (`_copies`) is not one."""
     has_copies = define_message_copies(con) > 0
     copies = "LEFT JOIN _copies cp USING (event_id)" if has_copies else ""
     not_copy = "AND cp.event_id IS NULL" if has_copies else ""
+    db.temp_table(con, "_rep_incx", {"finding_id": ("VARCHAR", list(incident_of)),
+                                     "incident": ("VARCHAR", list(incident_of.values()))})
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE _rep AS
       SELECT e.event_id, e.input_id, e.ts, e.kind, e.actor, e.target, e.model, e.error,
-             e.byte_length, x.finding_id AS owner, e.cost_usd, e.cost_status, e.tokens,
-             (list_contains($units, e.kind) {not_copy}) AS unit
+             e.byte_length, x.finding_id AS owner, i.incident, e.cost_usd, e.cost_status,
+             e.tokens, (list_contains($units, e.kind) {not_copy}) AS unit
       FROM _event_facts e
       LEFT JOIN _findx x USING (fidx)
+      LEFT JOIN _rep_incx i ON i.finding_id = x.finding_id
       {copies}""", {"units": list(UNIT_KINDS_ALL)})
 
 
@@ -334,12 +403,12 @@ def _figures(*, events, lines, nbytes, tokens, cost, basis, unpriced, start, end
 
 
 def _owned(con) -> dict[str | None, dict]:
-    """Each finding's exclusive share (and the background's, under None): they add up to the
-    whole log, because every event has at most one owner."""
+    """Each incident's share (and the background's, under None): they add up to the whole
+    log, because every event has at most one owner, and each owner one incident."""
     rows = con.execute("""
-      SELECT owner, cost_status, count(*) FILTER (WHERE unit), count(*),
+      SELECT incident, cost_status, count(*) FILTER (WHERE unit), count(*),
              coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), sum(cost_usd)
-      FROM _rep GROUP BY ALL ORDER BY owner NULLS FIRST, cost_status NULLS FIRST""").fetchall()
+      FROM _rep GROUP BY ALL ORDER BY incident NULLS FIRST, cost_status NULLS FIRST""").fetchall()
     out: dict[str | None, dict] = {}
     for owner, status, events, lines, nbytes, tokens, cost in rows:
         o = out.setdefault(owner, {"events": 0, "lines": 0, "bytes": 0, "tokens": 0,
@@ -358,12 +427,12 @@ def _owned(con) -> dict[str | None, dict]:
 
 
 def _owned_figures(o: dict | None, start, end, total_events: int, log_bytes: int,
-                   events: int | None = None, duration_s: float | None = None) -> Figures:
-    """`events`: the finding's own count of its units (requests, sessions, ...), which the
-    findings JSON and the CLI show; lines, bytes and cost come from the owner table."""
+                   duration_s: float | None = None) -> Figures:
+    """What an owner (an incident, the background) owns: its events (units of work, counted
+    as the whole log's are), lines, bytes and cost, from the owner table."""
     o = o or {"events": 0, "lines": 0, "bytes": 0, "tokens": 0, "cost": None, "basis": {},
               "unpriced": 0}
-    fig = _figures(events=o["events"] if events is None else events, lines=o["lines"],
+    fig = _figures(events=o["events"], lines=o["lines"],
                    nbytes=o["bytes"], tokens=o["tokens"], cost=o["cost"], basis=o["basis"],
                    unpriced=o["unpriced"], start=start, end=end, total_events=total_events,
                    log_bytes=log_bytes)
@@ -387,9 +456,9 @@ class _Window:
         return int((t_ms - self.origin_ms) // (self.width_s * 1000))
 
 
-def _window(f: dict) -> _Window | None:
-    """The span a finding's rate chart shows: its own, with a margin either side."""
-    s, e = _parse(f["start"]), _parse(f["end"])
+def _window(x: dict) -> _Window | None:
+    """The span a rate chart shows: the incident's own, with a margin either side."""
+    s, e = _parse(x["start"]), _parse(x["end"])
     if not s or not e:
         return None
     span = max((e - s).total_seconds(), 1.0)
@@ -404,62 +473,45 @@ def _epoch_ms(t: dt.datetime) -> int:
     return int(round(t.replace(tzinfo=dt.UTC).timestamp() * 1000))
 
 
-def _claims_pass(con, windows: dict[str, _Window]) -> dict[str, list[tuple]]:
-    """One pass over every claimed event, grouped small: (kind, unit, owner, input, bucket, n)
-    per finding. Nouns, overlaps, the inputs a finding touches and its rate chart all come
-    from this, so a 600,000-event finding is joined once, not once per question."""
-    wins = sorted(windows.items())
-    db.temp_table(con, "_rep_win", {"finding_id": ("VARCHAR", [fid for fid, _ in wins]),
-                                    "lo": ("TIMESTAMP", [w.lo for _, w in wins]),
-                                    "hi": ("TIMESTAMP", [w.hi for _, w in wins]),
-                                    "origin_ms": ("BIGINT", [w.origin_ms for _, w in wins]),
-                                    "width_ms": ("BIGINT", [w.width_s * 1000 for _, w in wins])})
+def _kinds(con) -> dict[str, dict[str, int]]:
+    """Each incident's units of work by kind (requests, sessions started, hooks fired, ...)."""
+    out: dict[str, dict[str, int]] = {}
+    for inc, kind, n in con.execute("""
+          SELECT incident, kind, count(*) FROM _rep WHERE unit AND incident IS NOT NULL
+          GROUP BY ALL ORDER BY ALL""").fetchall():
+        out.setdefault(inc, {})[kind] = int(n)
+    return out
+
+
+def _noun(counts: list[tuple[str, int]]) -> str:
+    """What an incident's events are, in a word: `requests`, `messages`, else `events`."""
+    total = sum(n for _, n in counts)
+    if counts and counts[0][1] >= 0.9 * total:
+        return NOUNS.get(counts[0][0], "events")
+    return "events"
+
+
+def _incident_inputs(con) -> dict[str, list[int]]:
+    """The inputs each incident's events are in (its rate chart compares it with them)."""
+    return {inc: list(ids) for inc, ids in con.execute("""
+        SELECT incident, list(DISTINCT input_id ORDER BY input_id) FROM _rep
+        WHERE incident IS NOT NULL GROUP BY incident ORDER BY incident""").fetchall()}
+
+
+def _overlaps(con, labels: dict[str, str]) -> dict[str, list[tuple[str, int]]]:
+    """For each incident, the other incidents that own lines its findings claim (and how
+    many): one pass over the claims."""
     rows = con.execute("""
-      SELECT c.finding_id, r.kind, r.unit, r.owner, r.input_id,
-             CASE WHEN r.ts BETWEEN w.lo AND w.hi
-                  THEN (epoch_ms(r.ts) - w.origin_ms) // w.width_ms END AS b,
-             count(*) AS n
-      FROM claims c JOIN _rep r USING (event_id)
-      LEFT JOIN _rep_win w ON w.finding_id = c.finding_id
+      SELECT x.incident, r.incident, count(DISTINCT c.event_id)
+      FROM claims c JOIN _rep_incx x ON x.finding_id = c.finding_id
+      JOIN _rep r USING (event_id)
+      WHERE r.incident IS NOT NULL AND r.incident <> x.incident
       GROUP BY ALL ORDER BY ALL""").fetchall()
-    con.execute("DROP TABLE _rep_win")
-    out: dict[str, list[tuple]] = {}
-    for fid, *rest in rows:
-        out.setdefault(fid, []).append(tuple(rest))
-    return out
-
-
-def _nouns(claimed: dict[str, list[tuple]], unit_kinds: dict[str, tuple[str, ...]]
-           ) -> dict[str, str]:
-    """What a finding's events are, in a word: `requests`, `messages`, else `events`."""
-    out = {}
-    for fid, rows in claimed.items():
-        kinds = unit_kinds.get(fid)
-        if kinds and len(kinds) == 1:
-            out[fid] = NOUNS.get(kinds[0], "events")
-            continue
-        c: Counter = Counter()
-        for kind, unit, _, _, _, n in rows:
-            if unit and (not kinds or kind in kinds):
-                c[kind] += n
-        if c:
-            kind, n = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-            out[fid] = NOUNS.get(kind, "events") if n >= 0.9 * sum(c.values()) else "events"
-    return out
-
-
-def _overlaps(claimed: dict[str, list[tuple]], labels: dict[str, str]
-              ) -> dict[str, list[tuple[str, int]]]:
-    """For each finding, the findings that explain some of its lines better (and how many)."""
     out: dict[str, list[tuple[str, int]]] = {}
-    for fid, rows in claimed.items():
-        c: Counter = Counter()
-        for _, _, owner, _, _, n in rows:
-            if owner is not None and owner != fid and owner in labels:
-                c[owner] += n
-        out[fid] = [(labels[o], int(n)) for o, n in
-                    sorted(c.items(), key=lambda kv: (-kv[1], labels[kv[0]]))]
-    return out
+    for claimer, owner, n in rows:
+        if owner in labels:
+            out.setdefault(claimer, []).append((labels[owner], int(n)))
+    return {k: sorted(v, key=lambda x: (-x[1], int(x[0][1:]))) for k, v in out.items()}
 
 
 def _details(details: dict) -> list[tuple[str, str]]:
@@ -553,51 +605,58 @@ def _cost_phrase(fig: Figures) -> str:
 
 def headline(doc: dict, panels: list[Panel], totals: Figures, log_bytes: int
              ) -> list[tuple[str, str]]:
-    """The sentence at the top of the report."""
+    """The sentence at the top of the report: the loops, counted as incidents."""
     what = "this log" if len(doc["inputs"]) == 1 else "these logs"
     if not panels:
         return [("t", f"No runaway loop found in {what}: {totals.events:,} events over "
                       f"{fmt.duration(totals.duration_s)}; "
                       f"{_cost_phrase(totals)} for all of it.")]
     main = max(panels, key=_importance)
-    share = main.exclusive.bytes_share if main.exclusive.bytes else main.own.bytes_share
     span = f"{main.own.events:,} {main.noun} over {fmt.duration(main.own.duration_s)}"
-    owned_bytes = sum(p.exclusive.bytes for p in panels)
-    if len(panels) == 1 or main.exclusive.bytes >= 0.9 * owned_bytes:
-        # one loop explains (nearly) everything the findings hold: say it the plain way
-        return ([("b", fmt.pct(share)), ("t", f" of {what} ({span}) came from ")]
+    owned_bytes = sum(p.own.bytes for p in panels)
+    if len(panels) == 1 or main.own.bytes >= 0.9 * owned_bytes:
+        # one loop explains (nearly) everything the incidents hold: say it the plain way
+        return ([("b", fmt.pct(main.own.bytes_share)), ("t", f" of {what} ({span}) came from ")]
                 + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
-    owned_events = sum(p.exclusive.events for p in panels)
-    costs = [p.exclusive.cost_usd for p in panels if p.exclusive.cost_usd is not None]
+    owned_events = sum(p.own.events for p in panels)
+    costs = [p.own.cost_usd for p in panels if p.own.cost_usd is not None]
     together = f", an estimated {fmt.money(sum(costs))}" if costs else ""
-    sev = _severity_counts([p.finding for p in panels])
-    worst = f", {sev[0][1]} of them {sev[0][0]}" if sev else ""
-    return ([("b", f"{len(panels)} findings{worst}"),
+    sev = _severity_counts([p.incident for p in panels])
+    worst = f", {sev[0][1]} {sev[0][0]}" if sev else ""
+    loops = f"{len(panels)} runaway loop{'s' if len(panels) != 1 else ''}"
+    return ([("b", f"{loops}{worst}"),
              ("t", f": runaway loops made {fmt.pct(log_bytes and owned_bytes / log_bytes)} of {what} "
                    f"({owned_events:,} of {totals.events:,} events{together}). "
-                   f"The {'costliest' if main.exclusive.cost_usd else 'largest'} ({main.label}, "
+                   f"The {'costliest' if main.own.cost_usd else 'largest'} ({main.label}, "
                    f"{span}) came from ")]
             + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
 
 
 def _importance(p: Panel) -> tuple:
-    """Which finding the headline is about: what it alone explains, in dollars, then bytes."""
-    sev = {"critical": 3, "high": 2, "medium": 1, "low": 0}.get(p.finding["severity"], 0)
-    return (p.exclusive.cost_usd or 0.0, p.exclusive.bytes, sev, p.own.events, p.label)
+    """Which incident the headline is about: what it explains, in dollars, then bytes."""
+    sev = {"critical": 3, "high": 2, "medium": 1, "low": 0}.get(p.incident["severity"], 0)
+    return (p.own.cost_usd or 0.0, p.own.bytes, sev, p.own.events, p.label)
 
 
-def _title(doc: dict, findings: list[dict]) -> str:
-    if not findings:
+def _title(incidents: list[dict]) -> str:
+    if not incidents:
         return "loophound report: no runaway loop found"
-    return f"loophound incident report: {len(findings)} finding{'s' if len(findings) > 1 else ''}"
+    n = len(incidents)
+    return f"loophound incident report: {n} runaway loop{'s' if n > 1 else ''}"
 
 
 def _kpis(r: Report) -> list[tuple[str, str, str]]:
     t = r.totals
-    owned_cost = [p.exclusive.cost_usd for p in r.panels if p.exclusive.cost_usd is not None]
+    owned_cost = [p.own.cost_usd for p in r.panels if p.own.cost_usd is not None]
+    if r.rest is not None and r.rest.cost_usd is not None:
+        owned_cost.append(r.rest.cost_usd)
+    findings = r.document["findings"]
+    detectors = len({f["detector"] for f in findings})
     out = [
-        ("Findings", f"{len(r.document['findings']):,}",
-         ", ".join(f"{n} {s}" for s, n in _severity_counts(r.document["findings"]))),
+        ("Runaway loops", f"{len(r.incidents):,}",
+         ", ".join(f"{n} {s}" for s, n in _severity_counts(r.incidents))
+         + (f" (from {len(findings):,} findings by {detectors} detector"
+            f"{'s' if detectors != 1 else ''})" if findings else "")),
         ("Events in the log", f"{t.events:,}",
          f"{t.lines:,} lines, {fmt.size(r.log_bytes)} over {fmt.duration(t.duration_s)}"
          if r.time_ranges <= 1 else
@@ -606,7 +665,7 @@ def _kpis(r: Report) -> list[tuple[str, str, str]]:
         ("Estimated cost of the log", fmt.money(t.cost_usd),
          f"{t.unpriced_tokens:,} tokens unpriced" if t.unpriced_tokens else "all of it"),
         ("Cost of the loops", fmt.money(sum(owned_cost)) if owned_cost else "–",
-         "events attributed to findings, each counted once"),
+         "events attributed to incidents, each counted once"),
     ]
     if r.panels:
         main = max(r.panels, key=_importance)
@@ -619,8 +678,8 @@ def _kpis(r: Report) -> list[tuple[str, str, str]]:
     return out
 
 
-def _severity_counts(findings: list[dict]) -> list[tuple[str, int]]:
-    c = Counter(f["severity"] for f in findings)
+def _severity_counts(items: list[dict]) -> list[tuple[str, int]]:
+    c = Counter(x["severity"] for x in items)
     return [(s, c[s]) for s in ("critical", "high", "medium", "low") if c[s]]
 
 
@@ -705,17 +764,17 @@ def _group_name(files: list[str]) -> str:
     return f"{common or 'logs'}/ ({len(files)} files)"
 
 
-def _timeline(con, groups: list[dict], findings: list[dict], labels: dict[str, str]
+def _timeline(con, groups: list[dict], incidents: list[dict], labels: dict[str, str]
               ) -> tuple[list[TimelineGroup], list[str]]:
     total = sum(g["events"] for g in groups) or 1
-    spans = [(_parse(f["start"]), _parse(f["end"])) for f in findings]
+    spans = [(_parse(i["start"]), _parse(i["end"])) for i in incidents]
 
-    def has_finding(g: dict) -> bool:
+    def has_loop(g: dict) -> bool:
         return any(s and e and s <= g["end"] and e >= g["start"] for s, e in spans)
 
-    # the busiest stretches first; a stretch with no finding and almost no events is only named
+    # the busiest stretches first; a stretch with no loop and almost no events is only named
     ranked = sorted(groups, key=lambda g: (-g["events"], g["start"]))
-    keep = [g for g in ranked if has_finding(g) or g["events"] >= 0.02 * total]
+    keep = [g for g in ranked if has_loop(g) or g["events"] >= 0.02 * total]
     shown = keep[:MAX_TIMELINE_GROUPS]
     omitted = [f"{g['events']:,} event{'s' if g['events'] != 1 else ''} from "
                f"{fmt.when(g['start'])} to {fmt.when(g['end'])} "
@@ -735,7 +794,7 @@ def _timeline(con, groups: list[dict], findings: list[dict], labels: dict[str, s
     rows = con.execute(f"""
       SELECT grp, b, owner, count(*) AS n FROM (
         SELECT CASE {" ".join(grp)} END AS grp, CAST(CASE {" ".join(bucket)} END AS BIGINT) AS b,
-               coalesce(owner, '') AS owner
+               coalesce(incident, '') AS owner
         FROM _rep WHERE unit AND ts IS NOT NULL)
       WHERE grp IS NOT NULL GROUP BY ALL ORDER BY 1, 2, 3""", params).fetchall()
     counts: dict[int, dict[str, dict[int, int]]] = {}
@@ -758,52 +817,49 @@ def _timeline(con, groups: list[dict], findings: list[dict], labels: dict[str, s
             bs = sorted(buckets)
             return Series(name, key, [centre(b) for b in bs], [int(buckets[b]) for b in bs])
 
-        ss = [series("background (no finding)", "background", per_owner.get("", {}))]
+        ss = [series("background (no loop)", "background", per_owner.get("", {}))]
         for o in keep:
             ss.append(series(labels.get(o, o), labels.get(o, o), per_owner[o]))
         if rest:
             merged: Counter = Counter()
             for o in rest:
                 merged.update(per_owner[o])
-            ss.append(series(f"{len(rest)} more findings", "other", dict(merged)))
+            ss.append(series(f"{len(rest)} more runaway loops", "other", dict(merged)))
         marks = []
-        for f in findings:
-            s, e = _parse(f["start"]), _parse(f["end"])
-            if s and e and s <= g["end"] and e >= g["start"] and f["id"] in per_owner:
-                marks.append((labels[f["id"]], _iso(s), _iso(e)))
+        for inc in incidents:
+            s, e = _parse(inc["start"]), _parse(inc["end"])
+            if s and e and s <= g["end"] and e >= g["start"] and inc["id"] in per_owner:
+                marks.append((labels[inc["id"]], _iso(s), _iso(e)))
         out.append(TimelineGroup(_group_name(g["files"]), list(g["files"]),
                                  g["start"] < SIMULATED_BEFORE, g["width"], _iso(g["start"]),
                                  _iso(g["end"]), ss, marks))
     return out, omitted
 
 
-def _rate_chart(con, w: _Window, rows: list[tuple], kinds: tuple[str, ...]) -> RateChart | None:
-    """The finding's own units per bucket against every other event of its files, from a
+def _rate_extra(c: _Context) -> RateChart | None:
+    """The incident's events per bucket against every other event of the same files, from a
     little before it began to a little after it ended."""
-    inputs = sorted({r[3] for r in rows})
-    own: Counter = Counter()
-    own_units: Counter = Counter()
-    for kind, unit, _, _, b, n in rows:
-        if b is None:
-            continue
-        if kind in kinds:
-            own[b] += n
-        if unit:
-            own_units[b] += n
-    every = dict(con.execute("""
-      SELECT (epoch_ms(ts) - $origin) // $w AS b, count(*) FROM _rep
-      WHERE unit AND ts BETWEEN $lo AND $hi AND list_contains($inputs, input_id)
-      GROUP BY b ORDER BY b""", {"origin": w.origin_ms, "w": w.width_s * 1000, "lo": w.lo,
-                                 "hi": w.hi, "inputs": inputs}).fetchall())
-    if not every and not own:
+    w = _window(c.incident)
+    if w is None or not c.inputs:
         return None
+    rows = c.con.execute("""
+      SELECT (epoch_ms(ts) - $origin) // $w AS b, count(*) FILTER (WHERE incident = $inc),
+             count(*)
+      FROM _rep WHERE unit AND ts BETWEEN $lo AND $hi AND list_contains($inputs, input_id)
+      GROUP BY b ORDER BY b""", {"origin": w.origin_ms, "w": w.width_s * 1000, "lo": w.lo,
+                                 "hi": w.hi, "inputs": c.inputs,
+                                 "inc": c.incident["id"]}).fetchall()
+    if not rows:
+        return None
+    own = {b: int(n) for b, n, _ in rows}
+    every = {b: int(n) for b, _, n in rows}
     first, last = w.bucket(_epoch_ms(w.lo)), w.bucket(_epoch_ms(w.hi))
     xs, ys_own, ys_other = [], [], []
     for b in range(first, last + 1):
         xs.append(_iso(dt.datetime(1970, 1, 1) + dt.timedelta(
             milliseconds=w.origin_ms + b * w.width_s * 1000 + w.width_s * 500)))
-        ys_own.append(int(own.get(b, 0)))
-        ys_other.append(max(int(every.get(b, 0)) - int(own_units.get(b, 0)), 0))
+        ys_own.append(own.get(b, 0))
+        ys_other.append(every.get(b, 0) - own.get(b, 0))
     return RateChart(w.width_s, xs, ys_own, ys_other, _iso(w.lo), _iso(w.hi))
 
 
@@ -859,6 +915,14 @@ def _sequence(con, f: dict) -> Sequence | None:
                     if f["start"] and f["end"] else None)
 
 
+def _sequence_extra(c: _Context) -> Sequence | None:
+    return _sequence(c.con, c.finding)
+
+
+def _graph_extra(c: _Context) -> Graph | None:
+    return _graph(c.con, c.finding)
+
+
 def _graph(con, f: dict) -> Graph | None:
     """Who triggered whom among a finding's events: the cycle, drawn as a ring."""
     rows = con.execute("""
@@ -885,18 +949,21 @@ def _graph(con, f: dict) -> Graph | None:
     return Graph(nodes, edges, cycle)
 
 
+EXTRAS = {"rate": _rate_extra, "sequence": _sequence_extra, "graph": _graph_extra}
+
+
 # -- tables ----------------------------------------------------------------------------------
 # Each table is a named query's answer (queries/*.sql, as `loophound query NAME` gives it);
-# what attribution adds to a row (how many of its events a finding claims, which findings
+# what attribution adds to a row (how many of its events a runaway loop owns, which incidents
 # explain them) is this run's, from `_rep`.
 
 
 def _explained(con, key: str, where: str = "") -> dict[Any, tuple[int, list[str]]]:
-    """Per value of `key`: how many of its units (of the `_rep` rows `where` keeps) a finding
-    claims, and the findings that own any of those rows."""
+    """Per value of `key`: how many of its units (of the `_rep` rows `where` keeps) an
+    incident owns, and the incidents that own any of those rows."""
     rows = con.execute(f"""
-      SELECT {key}, count(*) FILTER (WHERE unit), list(DISTINCT owner ORDER BY owner)
-      FROM _rep WHERE owner IS NOT NULL {where} GROUP BY ALL""").fetchall()
+      SELECT {key}, count(*) FILTER (WHERE unit), list(DISTINCT incident ORDER BY incident)
+      FROM _rep WHERE incident IS NOT NULL {where} GROUP BY ALL""").fetchall()
     return {k: (int(n), owners) for k, n, owners in rows}
 
 
@@ -909,13 +976,13 @@ def _talkers(con, labels: dict[str, str], total_events: int, total_bytes: int
     explained = _explained(con, "actor")
     out = []
     for r in queries.records(con, "top_talkers", limit=TOP_ROWS, no_actor=True):
-        in_findings, owners = explained.get(r["actor"], (0, []))
+        in_loops, owners = explained.get(r["actor"], (0, []))
         out.append({
             "actor": r["actor"], "events": r["events"],
             "events_share": r["events"] / total_events if total_events else None,
             "bytes": r["bytes"], "bytes_share": r["bytes"] / total_bytes if total_bytes else None,
-            "errors": r["errors"], "in_findings": in_findings, "cost_usd": r["cost_usd"],
-            "tokens": r["tokens"], "findings": _labels_of(owners, labels),
+            "errors": r["errors"], "in_incidents": in_loops, "cost_usd": r["cost_usd"],
+            "tokens": r["tokens"], "incidents": _labels_of(owners, labels),
         })
     n_actors = con.execute("SELECT count(DISTINCT actor) FROM _rep").fetchall()[0][0]
     return out, int(n_actors)
@@ -925,10 +992,10 @@ def _errors(con, labels: dict[str, str]) -> list[dict]:
     explained = _explained(con, "error", "AND unit AND error IS NOT NULL")
     out = []
     for r in queries.records(con, "top_errors", limit=TOP_ROWS + 5):
-        in_findings, owners = explained.get(r["error"], (0, []))
-        out.append({"error": r["error"], "events": r["attempts"], "in_findings": in_findings,
+        in_loops, owners = explained.get(r["error"], (0, []))
+        out.append({"error": r["error"], "events": r["attempts"], "in_incidents": in_loops,
                     "actors": r["actors"], "top_actor": r["top_actor"],
-                    "findings": _labels_of(owners, labels)})
+                    "incidents": _labels_of(owners, labels)})
     return out
 
 

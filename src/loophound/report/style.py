@@ -66,6 +66,11 @@ dl.figures dt { color: var(--muted); font-size: 12px; }
 dl.figures dd { margin: 0; font-weight: 650; font-size: 15px; overflow-wrap: anywhere; }
 dl.figures dd.sub { font-weight: 400; font-size: 11.5px; color: var(--muted); }
 .overlap { font-size: 13px; color: #92400e; }
+.signals { font-size: 13.5px; margin: 4px 0 8px; padding: 6px 12px; background: #f5f3ff;
+  border-radius: 5px; }
+.signals ul { margin: 2px 0 0 18px; padding: 0; }
+.signals li { margin: 2px 0; }
+.pieces { font-size: 13px; color: #4b5563; margin: 4px 0; }
 ol.evidence { padding-left: 22px; }
 ol.evidence li { margin-bottom: 8px; }
 .loc { font-weight: 600; }

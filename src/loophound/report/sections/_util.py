@@ -36,9 +36,9 @@ def segments(parts: list[tuple[str, str]]) -> str:
     return "".join(out)
 
 
-def finding_link(label: str) -> str:
-    # labels are F<number>, made by loophound; escaped anyway
-    return f'<a href="#finding-{fmt.esc(label)}">{fmt.esc(label)}</a>'
+def incident_link(label: str) -> str:
+    # labels are I<number>, made by loophound; escaped anyway
+    return f'<a href="#incident-{fmt.esc(label)}">{fmt.esc(label)}</a>'
 
 
 def section(anchor: str, title: str, body: str, intro: str = "") -> str:

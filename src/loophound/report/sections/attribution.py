@@ -1,13 +1,14 @@
-"""Who owns the log: each finding's exclusive share, the background, and the total."""
+"""Who owns the log: each runaway loop's share (every event counted for one incident), the
+background, and the total."""
 
 from __future__ import annotations
 
 from .. import fmt
 from ..html import Charts
 from ..model import Figures, Report
-from ._util import finding_link, section, table
+from ._util import incident_link, section, table
 
-HEADERS = [("Finding", "l"), ("Severity", "l"), ("Events", "r"), ("Share", "r"),
+HEADERS = [("Runaway loop", "l"), ("Severity", "l"), ("Events", "r"), ("Share", "r"),
            ("Log bytes", "r"), ("Share", "r"), ("Duration", "r"), ("Rate", "r"),
            ("Tokens", "r"), ("Cost", "r"), ("Burn $/h", "r"), ("A day of it", "r")]
 
@@ -25,28 +26,31 @@ def _row(name: str, sev: str, x: Figures, own: Figures | None) -> list[str]:
 def render(r: Report, charts: Charts) -> str:
     rows = []
     for p in r.panels:
-        title = fmt.rich(fmt.short(p.finding["title"], 110))
-        name = f"{finding_link(p.label)} {title}"
-        if p.exclusive.lines == 0 and p.overlaps:
-            name += (' <span class="hint">(all its events are counted in '
-                     + ", ".join(finding_link(label) for label, _ in p.overlaps) + ")</span>")
-        level = fmt.esc(p.finding["severity"])
+        title = fmt.rich(fmt.short(p.incident["title"], 110))
+        name = f"{incident_link(p.label)} {title}"
+        seen = list(dict.fromkeys(s["detector"] for s in p.signals))
+        if seen:
+            name += f' <span class="hint">(also seen as {fmt.esc(", ".join(seen))})</span>'
+        if p.own.lines == 0 and p.overlaps:
+            name += (' <span class="hint">(its events are counted in '
+                     + ", ".join(incident_link(label) for label, _ in p.overlaps) + ")</span>")
+        level = fmt.esc(p.incident["severity"])
         sev = f'<span class="sev sev-{level}">{level}</span>'
-        rows.append(_row(name, sev, p.exclusive, p.own))
+        rows.append(_row(name, sev, p.own, p.own))
     if r.rest is not None:
-        rows.append(_row(f"<em>{r.panels_omitted:,} more findings</em> (in the findings JSON)", "",
-                         r.rest, None))
-    rows.append(_row("<em>background</em> (no finding)", "", r.background, None))
+        rows.append(_row(f"<em>{r.panels_omitted:,} more runaway loops</em> (in the findings JSON)",
+                         "", r.rest, None))
+    rows.append(_row("<em>background</em> (no loop)", "", r.background, None))
     t = r.totals
     rows.append(["<strong>whole log</strong>", "", fmt.count(t.events), "100%", fmt.size(r.log_bytes),
                  "100%", fmt.esc(fmt.duration(t.duration_s if r.time_ranges <= 1 else r.active_s)),
                  "", fmt.count(t.tokens), fmt.esc(fmt.money(t.cost_usd)), "", ""])
-    intro = ("Each log line is counted once: for the finding that explains it best (the more "
-             "specific detector, then the more severe finding) or for the background, so lines, "
-             "bytes and cost add up to the whole log. Events are each finding's own units "
-             "(requests, messages, sessions; not responses). Duration, rate and burn rate are "
-             "the finding's own, over all the events it claims. “A day of it” is what the loop "
-             "would have cost had it run on for 24 hours at the same pace.")
+    intro = ("One row per runaway loop. Each log line is counted once: for the loop whose "
+             "finding explains it best (the more specific detector, then the more severe "
+             "finding) or for the background, so events, lines, bytes and cost add up to the "
+             "whole log. Events are units of work (requests, messages, sessions, steps; not "
+             "responses). Duration, rate and burn rate are the loop's own. “A day of it” is what "
+             "the loop would have cost had it run on for 24 hours at the same pace.")
     if r.panels_omitted:
-        intro += f" {r.panels_omitted} lower-ranked findings are in the findings JSON only."
+        intro += f" {r.panels_omitted} lower-ranked loops are in the findings JSON only."
     return section("attribution", "Attribution", table(HEADERS, rows, "numbers"), fmt.esc(intro))

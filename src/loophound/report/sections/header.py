@@ -7,7 +7,8 @@ from ..html import Charts
 from ..model import Report
 from ._util import segments
 
-NAV = (("coverage", "What could be judged"), ("timeline", "Timeline"), ("attribution", "Attribution"), ("findings", "Findings"),
+NAV = (("coverage", "What could be judged"), ("timeline", "Timeline"),
+       ("attribution", "Attribution"), ("incidents", "Runaway loops"),
        ("talkers", "Top talkers"), ("errors", "Error codes"), ("costs", "Cost"),
        ("method", "Method and inputs"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import fmt
 from ..html import Charts
 from ..model import Report
-from ._util import code, section, table
+from ._util import code, incident_link, section, table
 
 
 def _param_docs() -> dict[str, tuple[str, dict[str, str]]]:
@@ -14,6 +14,53 @@ def _param_docs() -> dict[str, tuple[str, dict[str, str]]]:
 
     return {name: (d.description, {n: doc for n, _, doc in param_docs(d.params)})
             for name, d in DETECTORS.items()}
+
+
+RULES = (
+    "Findings of one detector on the same actors, targets and sessions, in a file in common, "
+    "whose spans overlap or lie at most {gap} apart are one run of a loop; each gap between "
+    "them is an interruption, counted.",
+    "Two runs describe the same loop when they claim events in a file in common, their spans "
+    "overlap or lie at most {gap} apart, their actors do not contradict (when both name "
+    "actors, they share one), and they share a participant (actor, target, session, pair or "
+    "cycle member) or {share} of the smaller one's claimed events are claimed by both.",
+    "Runs are taken in attribution's order (the most specific detector, the most severe, the "
+    "earliest): one that describes no incident's loop starts an incident as its primary; "
+    "any other joins the one incident it shares the most events with, as a signal (“also "
+    "seen as”). A signal never merges two loops.",
+    "An incident's severity is its members' highest, one level higher when {agree} or more "
+    "different detectors found it. Its id derives from its primary finding's, so it is "
+    "stable across scans.",
+)
+
+
+def _grouping(r: Report) -> str:
+    """How findings became the runaway loops above, and every finding behind them."""
+    rules = r.method.get("incidents") or {}
+    gap = fmt.duration(rules.get("gap_s", 300))
+    share = fmt.pct(rules.get("shared_share", 0.5))
+    items = "".join(f"<li>{fmt.esc(x.format(gap=gap, share=share, agree=rules.get('agree', 3)))}"
+                    "</li>" for x in RULES)
+    by_id = {f["id"]: f for f in r.document["findings"]}
+    rows = []
+    for inc in r.incidents:
+        label = r.labels[inc["id"]]
+        for m in inc["members"]:
+            f = by_id[m]
+            role = ("primary" if m == inc["primary"] else
+                    "run piece" if m in inc["pieces"] else "signal")
+            rows.append([incident_link(label), fmt.esc(role),
+                         f'<span class="sev sev-{fmt.esc(f["severity"])}">'
+                         f'{fmt.esc(f["severity"])}</span>', code(f["detector"]),
+                         fmt.rich(fmt.short(f["title"], 120)), code(f["id"])])
+    listing = ""
+    if rows:
+        listing = ("<h4>Every finding, by the loop it belongs to</h4>" + table(
+            [("Loop", "l"), ("Role", "l"), ("Severity", "l"), ("Detector", "l"), ("Finding", "l"),
+             ("Id", "l")], rows))
+    return ("<h3>From findings to runaway loops</h3><p>Several detectors often see one loop, "
+            "and a long loop can come out in pieces; the report groups the findings into "
+            f"incidents, one per loop, by these rules:</p><ol>{items}</ol>{listing}")
 
 
 def render(r: Report, charts: Charts) -> str:
@@ -34,8 +81,10 @@ def render(r: Report, charts: Charts) -> str:
     parts.append(
         "<p>Change a parameter with <code>--set DETECTOR.PARAM=VALUE</code> or a TOML file "
         "(<code>--config</code>). Attribution: each event belongs to at most one finding, the one "
-        "whose detector is most specific (lowest rank), then the most severe; the rest is the "
-        "background. Times are UTC; LabTrust's simulated seconds are placed on 2000-01-01.</p>")
+        "whose detector is most specific (lowest rank), then the most severe, then the earlier; "
+        "the rest is the background. Times are UTC; LabTrust's simulated seconds are placed on "
+        "2000-01-01.</p>")
+    parts.append(_grouping(r))
     cm = m.get("cost_model", {})
     cost_rows = [["Price table version", fmt.esc(cm.get("price_table_version"))],
                  ["Models with a price", fmt.esc(cm.get("priced_models"))],

@@ -6,20 +6,20 @@ from .. import charts as ch
 from .. import fmt
 from ..html import Charts
 from ..model import Report
-from ._util import code, finding_link, section, table
+from ._util import code, incident_link, section, table
 
 
 def _links(labels: list[str]) -> str:
-    return " ".join(finding_link(label) for label in labels[:6]) + (
+    return " ".join(incident_link(label) for label in labels[:6]) + (
         f" +{len(labels) - 6}" if len(labels) > 6 else "")
 
 
 def talkers(r: Report, charts: Charts) -> str:
     rows = [[code(t["actor"]), fmt.count(t["events"]), fmt.pct(t["events_share"]),
-             fmt.count(t["in_findings"]), fmt.count(t["errors"]), fmt.size(t["bytes"]),
-             fmt.esc(fmt.money(t["cost_usd"], "–")), _links(t["findings"])] for t in r.talkers]
-    headers = [("Actor", "l"), ("Events", "r"), ("Share", "r"), ("In findings", "r"),
-               ("Errors", "r"), ("Log bytes", "r"), ("Cost", "r"), ("Findings", "l")]
+             fmt.count(t["in_incidents"]), fmt.count(t["errors"]), fmt.size(t["bytes"]),
+             fmt.esc(fmt.money(t["cost_usd"], "–")), _links(t["incidents"])] for t in r.talkers]
+    headers = [("Actor", "l"), ("Events", "r"), ("Share", "r"), ("In loops", "r"),
+               ("Errors", "r"), ("Log bytes", "r"), ("Cost", "r"), ("Loops", "l")]
     chart = charts.add("talkers", ch.talkers(r.talkers))
     more = (f" Showing {len(r.talkers)} of {r.actors_total:,} actors."
             if r.actors_total > len(r.talkers) else "")
@@ -30,10 +30,10 @@ def talkers(r: Report, charts: Charts) -> str:
 def errors(r: Report, charts: Charts) -> str:
     if not r.errors:
         return section("errors", "Error codes", "<p>No event in these logs carries an error.</p>")
-    rows = [[code(e["error"]), fmt.count(e["events"]), fmt.count(e["in_findings"]),
-             fmt.count(e["actors"]), code(e["top_actor"]), _links(e["findings"])] for e in r.errors]
-    headers = [("Error", "l"), ("Events", "r"), ("In findings", "r"), ("Actors", "r"),
-               ("Most from", "l"), ("Findings", "l")]
+    rows = [[code(e["error"]), fmt.count(e["events"]), fmt.count(e["in_incidents"]),
+             fmt.count(e["actors"]), code(e["top_actor"]), _links(e["incidents"])] for e in r.errors]
+    headers = [("Error", "l"), ("Events", "r"), ("In loops", "r"), ("Actors", "r"),
+               ("Most from", "l"), ("Loops", "l")]
     return section("errors", "Error codes", table(headers, rows, "numbers"),
                    "Errors returned to (or recorded by) the agents, most frequent first.")
 

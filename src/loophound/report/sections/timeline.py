@@ -12,7 +12,7 @@ from ._util import section
 def render(r: Report, charts: Charts) -> str:
     if not r.timeline:
         return section("timeline", "Timeline", "<p>No event in these logs has a time.</p>")
-    detectors = {f"F{i + 1}": f["detector"] for i, f in enumerate(r.document["findings"])}
+    detectors = {r.labels[i["id"]]: i["detector"] for i in r.incidents}
     parts = []
     for i, g in enumerate(r.timeline):
         files = ", ".join(g.files[:6]) + (f" and {len(g.files) - 6} more" if len(g.files) > 6 else "")
@@ -25,8 +25,8 @@ def render(r: Report, charts: Charts) -> str:
         parts.append(f'<p class="note">Not plotted (fewer events): '
                      f'{fmt.esc(", ".join(r.timeline_omitted))}.</p>')
     intro = ("Events (requests, messages, steps, calls; not responses) per time bucket. Colours are "
-             "the findings that explain them, shaded over each finding's span; grey is the "
-             "background no finding claims. Stretches of activity more than 6 hours apart get "
+             "the runaway loops that explain them, shaded over each loop's span; grey is the "
+             "background no loop claims. Stretches of activity more than 6 hours apart get "
              "their own chart. Drag to zoom, double-click to reset; “log” shows a small "
              "background beside a large loop.")
     return section("timeline", "Timeline", "".join(parts), intro)
