@@ -19,6 +19,7 @@ from .commands.shell import (
     CallCostOpt,
     ConfigOpt,
     FindingsDirOpt,
+    FindingsListOpt,
     LookbackOpt,
     NoWaitOpt,
     PricesOpt,
@@ -30,8 +31,8 @@ from .commands.shell import (
     fail,
     incremental_scan,
     out,
-    print_findings,
     print_ingest_report,
+    print_summary,
     run_ingest,
     say_error,
     scan_store_cmd,
@@ -167,12 +168,12 @@ def scan_cmd(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the findings "
                                                   "(loophound.findings/v1) to this file; - for "
                                                   "standard output.")] = None,
-    fail_on: Annotated[str, typer.Option(help="Exit 1 when a finding (with --incremental: an "
-                                         "alert) is at least this severe: low, medium, high, "
-                                         "critical or never.")] = "high",
+    fail_on: Annotated[str, typer.Option(help="Exit 1 when an incident (with --incremental: "
+                                         "an alert) is at least this severe: low, medium, "
+                                         "high, critical or never.")] = "high",
     incremental: Annotated[bool, typer.Option("--incremental", help="For cron: read only new "
-                                              "bytes, print only alerts (new or escalated "
-                                              "findings) as JSON lines.")] = False,
+                                              "bytes, print only alerts (an incident new, "
+                                              "escalated or ended) as JSON lines.")] = False,
     alerts: AlertsOpt = None,
     webhook: WebhookOpt = None,
     alert_on: AlertOnOpt = "high",
@@ -183,14 +184,18 @@ def scan_cmd(
     prices: PricesOpt = None,
     cost_per_call: CallCostOpt = None,
     findings_dir: FindingsDirOpt = None,
+    list_findings: FindingsListOpt = False,
 ) -> None:
     """Run every detector over the store (ingesting PATHs first) and keep the findings.
+
+    Prints the incidents (one per runaway loop, with the detectors that saw it); --findings
+    lists every finding too.
 
     A store that may not be written (a copy of a store's Parquet folders, a read-only mount)
     is never changed: the findings go to --findings-dir, or a new temporary folder, and the
     output says where.
 
-    Exit status: 0 no finding at or above --fail-on, 1 there is one, 2 usage or input error.
+    Exit status: 0 no incident at or above --fail-on, 1 there is one, 2 usage or input error.
 
     Example: loophound scan sample_logs/ --json findings.json --fail-on critical
     """
@@ -215,7 +220,7 @@ def scan_cmd(
                       save_to=findings_dir)
     write_json(result.document, json_out)
     if json_out is None or str(json_out) != "-":
-        print_findings(result.document)
+        print_summary(result.document, findings=list_findings)
     raise typer.Exit(exit_status(result.document, fail_on))
 
 

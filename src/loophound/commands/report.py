@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
         SEVERITIES,
         CallCostOpt,
         ConfigOpt,
+        FindingsListOpt,
         PricesOpt,
         SetOpt,
         StoreOpt,
@@ -43,8 +44,8 @@ def register(app: typer.Typer) -> None:
         exit_status,
         fail,
         out,
-        print_findings,
         print_ingest_report,
+        print_summary,
         shown,
         user_errors,
     )
@@ -66,8 +67,8 @@ def register(app: typer.Typer) -> None:
             yield
         err.print(f"[dim]{text}: {time.perf_counter() - t0:.1f} s[/]", highlight=False)
 
-    def reported(made) -> None:
-        print_findings(made.document)
+    def reported(made, list_findings: bool) -> None:
+        print_summary(made.document, findings=list_findings)
         out.print(f"report: {shown(made.path)} ({made.bytes / 1e6:.1f} MB); open it in any browser, "
                   "offline", highlight=False)
 
@@ -83,6 +84,7 @@ def register(app: typer.Typer) -> None:
         prices: PricesOpt = None,
         cost_per_call: CallCostOpt = None,
         generated_at: GeneratedOpt = None,
+        list_findings: FindingsListOpt = False,
     ) -> None:
         """Write the HTML incident report of a store's last saved scan: one file to share.
 
@@ -101,7 +103,7 @@ def register(app: typer.Typer) -> None:
                               run_folder=findings_dir, config=config, settings=set_ or [],
                               prices=prices, cost_per_call=cost_per_call)
         err.print(f"[dim]from {shown(made.source)}[/]", highlight=False)
-        reported(made)
+        reported(made, list_findings)
 
     @app.command("investigate")
     def investigate_cmd(
@@ -117,9 +119,10 @@ def register(app: typer.Typer) -> None:
         prices: PricesOpt = None,
         cost_per_call: CallCostOpt = None,
         generated_at: GeneratedOpt = None,
-        fail_on: Annotated[str, typer.Option(help="Exit 1 when a finding is at least this "
+        fail_on: Annotated[str, typer.Option(help="Exit 1 when an incident is at least this "
                                              "severe: low, medium, high, critical or never.")]
         = "never",
+        list_findings: FindingsListOpt = False,
     ) -> None:
         """Ingest PATHs, detect runaway loops, attribute their cost, write the HTML report.
 
@@ -149,5 +152,5 @@ def register(app: typer.Typer) -> None:
         if done.scan.saved_in is not None:
             err.print(f"findings saved in {shown(done.scan.saved_in)} (the store is read-only evidence "
                       "and was not changed)", highlight=False)
-        reported(done.report)
+        reported(done.report, list_findings)
         raise typer.Exit(exit_status(done.report.document, fail_on))

@@ -193,6 +193,11 @@ FindingsDirOpt = Annotated[Path | None, typer.Option(
                            "temporary folder.")]
 
 
+FindingsListOpt = Annotated[bool, typer.Option(
+    "--findings", help="Also list every finding (several detectors may see one loop: the "
+                       "incidents group them).")]
+
+
 AlertsOpt = Annotated[Path | None, typer.Option("--alerts", help="Append alerts (JSON lines) "
                                                 "to this file instead of standard output.")]
 
@@ -215,27 +220,73 @@ NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Exit at once (status
                                          "loophound process is writing to the store.")]
 
 
+SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
+
+
+def print_summary(doc: dict, findings: bool = False) -> None:
+    """What a scan found: its incidents (one per loop) first, then, with `findings`, every
+    finding behind them."""
+    if doc["findings"]:
+        print_incidents(doc, hint=not findings)
+    if findings or not doc["findings"]:
+        print_findings(doc)
+
+
+def _loops_table(columns: tuple[str, ...], rows: list[list[str]]) -> None:
+    """Incidents or findings as a table, their counts and costs right-aligned."""
+    table = Table(show_edge=False, header_style="bold", show_lines=False)
+    for col in columns:
+        table.add_column(col, justify="right" if col in ("events", "cost") else "left",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+
+
+def _loop_row(x: dict, second: str, third: str) -> list[str]:
+    """An incident's or a finding's row: its severity, two texts (already shown inert), its
+    events, span and cost."""
+    cost = "-" if x["cost_usd"] is None else f"${x['cost_usd']:,.2f}"
+    return [f"[{SEVERITY_STYLE[x['severity']]}]{x['severity']}[/]", second, third,
+            f"{x['events']:,}", shown((x["start"] or "")[:19]), shown((x["end"] or "")[:19]), cost]
+
+
+def _whole_log(doc: dict) -> str:
+    t = doc["totals"]
+    cost = "unpriced" if t["cost_usd"] is None else f"${t['cost_usd']:,.2f}"
+    return f"{t['events']:,} events; estimated cost of the whole log {cost}"
+
+
+def print_incidents(doc: dict, hint: bool = True) -> None:
+    """The incidents as a table, one row per loop, with the detectors that saw it; titles
+    name actors and targets from the logs, shown inert."""
+    from ..findings_json import incidents_in
+
+    incidents = incidents_in(doc)
+    rows = []
+    for inc in incidents:
+        seen = ", ".join(dict.fromkeys(s["detector"] for s in inc["signals"])) or "-"
+        broken = (f" (interrupted {inc['interruptions']:,}×)" if inc.get("interruptions")
+                  else "")
+        rows.append(_loop_row(inc, shown(inc["title"]) + broken, shown(seen)))
+    _loops_table(("severity", "incident", "also seen as", "events", "from", "to", "cost"), rows)
+    sev = ", ".join(f"{n} {s}" for s in reversed(SEVERITIES)
+                    if (n := sum(1 for i in incidents if i["severity"] == s)))
+    out.print(f"{len(incidents)} incident(s) ({sev}) from {len(doc['findings'])} finding(s) over "
+              + _whole_log(doc) + ("; --findings lists every finding"
+                                   if hint and len(incidents) < len(doc["findings"]) else ""),
+              highlight=False)
+
+
 def print_findings(doc: dict) -> None:
     """The findings as a table: titles name actors and targets from the logs, shown inert."""
     findings = doc["findings"]
     if not findings:
         print_verdict(doc)
         return
-    table = Table(show_edge=False, header_style="bold", show_lines=False)
-    for col in ("severity", "detector", "finding", "events", "from", "to", "cost"):
-        table.add_column(col, justify="right" if col in ("events", "cost") else "left",
-                         overflow="fold")
-    colors = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
-    for f in findings:
-        cost = "-" if f["cost_usd"] is None else f"${f['cost_usd']:,.2f}"
-        table.add_row(f"[{colors[f['severity']]}]{f['severity']}[/]", shown(f["detector"]),
-                      shown(f["title"]), f"{f['events']:,}", shown((f["start"] or "")[:19]),
-                      shown((f["end"] or "")[:19]), cost)
-    out.print(table)
-    t = doc["totals"]
-    cost = "unpriced" if t["cost_usd"] is None else f"${t['cost_usd']:,.2f}"
-    out.print(f"{len(findings)} finding(s) over {t['events']:,} events; estimated cost of the "
-              f"whole log {cost}", highlight=False)
+    _loops_table(("severity", "detector", "finding", "events", "from", "to", "cost"),
+                 [_loop_row(f, shown(f["detector"]), shown(f["title"])) for f in findings])
+    out.print(f"{len(findings)} finding(s) over " + _whole_log(doc), highlight=False)
     print_unjudged(doc.get("coverage") or {})  # findings elsewhere say nothing of these
 
 
@@ -298,8 +349,10 @@ def exit_status(doc: dict, fail_on: str) -> int:
     inconclusive = (doc.get("coverage") or {}).get("verdict") == Verdict.INCONCLUSIVE
     if fail_on == "never":
         return 0
-    floor = SEVERITIES.index(fail_on)
-    if any(SEVERITIES.index(f["severity"]) >= floor for f in doc["findings"]):
+    from ..findings_json import incidents_in
+
+    floor = SEVERITIES.index(fail_on)  # an incident may be more severe than its findings
+    if any(SEVERITIES.index(i["severity"]) >= floor for i in incidents_in(doc)):
         return 1
     return INCONCLUSIVE_EXIT if inconclusive and not doc["findings"] else 0
 
