@@ -51,6 +51,21 @@ def render(r: Report, charts: Charts) -> str:
         note = ("<p class=\"note\">Detectors with nothing to read: " + "; ".join(
             f"<code>{fmt.esc(d['name'])}</code> ({fmt.esc(d['reason'])})" for d in idle)
             + ".</p>")
-    body = table(headers, rows, "coverage") + note
+    # what needs a reader's eye (logs not judged, files not read) stays in view; the logs
+    # that could be judged fold away behind one line
+    problems = [r for r in rows if "<strong>" in r[-2]]
+    fine = [r for r in rows if "<strong>" not in r[-2]]
+    judged = sum(1 for i in cov["inputs"] if i["judged"])
+    summary = (f"{judged:,} of {len(cov['inputs']):,} logs could be judged"
+               + (f"; {len(cov.get('skipped', [])):,} file(s) not read"
+                  if cov.get("skipped") else ""))
+    body = f'<p class="coverage-summary"><strong>{fmt.esc(summary)}.</strong></p>'
+    if problems:
+        body += table(headers, problems, "coverage")
+    if fine:
+        body += (f"<details><summary>The {len(fine):,} logs that could be judged, with the "
+                 "share of their events carrying each field</summary>"
+                 f"{table(headers, fine, 'coverage')}</details>")
+    body += note
     return section("coverage", "What could be judged", body,
                    VERDICTS.get(cov["verdict"], fmt.esc(cov["verdict"])))
