@@ -256,3 +256,18 @@ def test_a_store_of_files_read_together_reads_the_same_without_its_catalog(tmp_p
         sql = f"SELECT count(*) FROM {view} WHERE reason IS DISTINCT FROM 'truncated_last_line'" \
             if view == "quarantine" else f"SELECT count(*) FROM {view}"
         assert bare.connect().execute(sql).fetchall() == store.connect().execute(sql).fetchall()
+
+
+def test_an_ingest_of_many_files_is_shown_by_format_and_status(tmp_path, monkeypatch):
+    from loophound.commands import shell
+
+    logs = tmp_path / "logs"
+    small_logs(logs, per_format=2)
+    monkeypatch.setattr(shell, "LISTED_FILES", 3)
+    done = CliRunner().invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "st")])
+    assert done.exit_code == 0, done.output
+    header, *rows = [line for line in done.output.splitlines() if "┃" in line or "│" in line]
+    assert header.split("┃")[0].strip() == "files"
+    assert [[cell.strip() for cell in row.split("│")[:3]] for row in rows] == [
+        ["2", fmt, "new"] for fmt in ("bproxy", "generic", "hooks", "labtrust", "sven")]
+    assert "app-0.jsonl" not in done.output  # a file with nothing to say is not named
