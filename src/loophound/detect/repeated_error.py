@@ -210,8 +210,7 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
             retry_never=error in profile(format_of.get(first_input)).terminal_errors,
             variants=variants if len(variants) > 1 else []))
     out.sort(key=lambda r: (r.start, str(r.actor), str(r.session), str(r.action)))
-    for r in out:
-        r.terminal = _terminal_signal(con, r)
+    _terminal_signals(con, out)
     return out
 
 
@@ -219,23 +218,41 @@ def _ts(ms) -> dt.datetime:
     return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=int(ms))
 
 
-def _terminal_signal(con: duckdb.DuckDBPyConnection, r: ErrorRun) -> Terminal | None:
-    """What should have stopped the caller: a close of the session, logged in the same file
-    before the run began (another daemon's session of the same name is another session)."""
-    if not r.session:
-        return None
-    row = con.execute(
-        """SELECT file, line, ts, action FROM events
-           WHERE kind = 'request' AND session = ? AND ts <= ? AND event_id >> 32 = ?
-             AND (action IN ('session.close', 'session.end', 'close') OR action LIKE '%.close')
-           ORDER BY ts DESC, line DESC LIMIT 1""",
-        [r.session, r.start, r.input],
-    ).fetchall()
-    if not row:
-        return None
-    file, line, at, action = row[0]
-    return Terminal(file, line, at, f"`{action}` closed session {r.session} before the first "
-                                    "failure, and the caller kept going")
+# The closes of the runs' sessions, and for each run the last one at or before its start in its
+# own file (another daemon's session of the same name is another session): one ASOF join over
+# one scan of the requests, not a query per run (5,557 runs of a shattered storm took minutes).
+TERMINALS = """
+WITH closes AS (
+  SELECT e.file, e.line, e.ts, e.action, e.session, e.event_id >> 32 AS input,
+         CAST(epoch_ms(e.ts) AS HUGEINT) * 4294967296 + e.line AS pos
+  FROM events e SEMI JOIN _re_runs r ON e.session = r.session
+  WHERE e.kind = 'request' AND e.ts IS NOT NULL
+    AND (e.action IN ('session.close', 'session.end', 'close') OR e.action LIKE '%.close'))
+SELECT r.i, c.file, c.line, c.ts, c.action
+FROM (SELECT *, CAST(epoch_ms(start) AS HUGEINT) * 4294967296 + 4294967295 AS pos
+      FROM _re_runs) r
+ASOF JOIN closes c ON r.session = c.session AND r.input = c.input AND r.pos >= c.pos
+"""
+
+
+def _terminal_signals(con: duckdb.DuckDBPyConnection, runs: list[ErrorRun]) -> None:
+    """What should have stopped each caller: a close of the session, logged in the same file
+    before the run began (the latest such, the last line of equal times)."""
+    rows = [(i, r.session, r.start, r.input) for i, r in enumerate(runs) if r.session]
+    if not rows:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE _re_runs "
+                "(i INTEGER, session VARCHAR, start TIMESTAMP, input BIGINT)")
+    i, session, start, input_ = (list(col) for col in zip(*rows, strict=True))
+    con.execute("INSERT INTO _re_runs SELECT unnest($i), unnest($s), unnest($t), unnest($n)",
+                {"i": i, "s": session, "t": start, "n": input_})
+    try:
+        for k, file, line, at, action in con.execute(TERMINALS).fetchall():
+            r = runs[k]
+            r.terminal = Terminal(file, line, at, f"`{action}` closed session {r.session} before "
+                                                  "the first failure, and the caller kept going")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _re_runs")
 
 
 # ---------------------------------------------------------------------------------------------
