@@ -251,7 +251,8 @@ def test_detectors_whose_kinds_are_absent_are_not_run(bproxy, monkeypatch):
     _, _, store_path = bproxy
     detect.run_detectors(Store(store_path).connect(), settings())
     # a bproxy log has requests, not messages, hooks or LabTrust repair attempts
-    assert ran == ["repeated_error", "rate_spike", "unusual_actor"]
+    assert ran == ["repeated_error", "rate_spike", "unusual_actor", "repeated_action",
+                   "alternating_action"]
 
 
 # --- repair_loop -------------------------------------------------------------------------------

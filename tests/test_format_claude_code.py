@@ -246,10 +246,10 @@ def test_scan_finds_the_planted_error_loops(tmp_path):
         assert f["severity"] in SERIOUS
         assert f["start"].startswith(incident["start"][:19]) and f["end"].startswith(incident["end"][:19])
         assert {e["file"] for e in f["evidence"]} == {str(SAMPLES / incident["file"])}
-    # the re-read loop has no error to repeat: nothing serious claims it (a stuck-agent
-    # detector's job)
-    assert not [f for f in doc["findings"] if f["severity"] in SERIOUS
-                and f["sessions"] == [REREAD["session"]]]
+    # the re-read loop has no error to repeat: it is a stuck agent's, the same call 15 times
+    reread = [f for f in doc["findings"] if f["severity"] in SERIOUS
+              and f["sessions"] == [REREAD["session"]]]
+    assert [(f["detector"], f["events"]) for f in reread] == [("repeated_action", REREAD["repeats"])]
 
 
 def test_the_clean_twin_is_silent(tmp_path):

@@ -252,8 +252,10 @@ def test_scan_finds_the_planted_error_loop(tmp_path):
     assert f["events"] == COMMIT["count"] and f["severity"] in SERIOUS
     assert f["start"].startswith(COMMIT["start"][:19]) and f["end"].startswith(COMMIT["end"][:19])
     assert "shell_command" in f["title"] and "Exit code 1" in f["title"]
-    assert not [f for f in doc["findings"] if f["severity"] in SERIOUS
-                and f["sessions"] == [REREAD["session"]]]
+    # the re-read loop has no error to repeat: it is a stuck agent's, the same call 15 times
+    reread = [f for f in doc["findings"] if f["severity"] in SERIOUS
+              and f["sessions"] == [REREAD["session"]]]
+    assert [(f["detector"], f["events"]) for f in reread] == [("repeated_action", REREAD["repeats"])]
 
 
 def test_the_clean_twin_is_silent(tmp_path):

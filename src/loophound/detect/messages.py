@@ -112,6 +112,16 @@ hops AS (
   FROM hop2
 )"""
 
+# Claim SQL: the messages `$ids`, and the other party's stored copy of each (same message id)
+CLAIM_WITH_COPIES = """
+WITH ids AS (SELECT CAST(unnest($ids) AS BIGINT) AS event_id)
+SELECT event_id FROM ids
+UNION
+SELECT e2.event_id FROM ids JOIN events e1 USING (event_id)
+JOIN events e2 ON e2.corr_id = e1.corr_id AND e2.kind = e1.kind
+WHERE e1.kind IN ('message', 'room_post') AND e1.corr_id IS NOT NULL
+"""
+
 ALIAS_NAMES_SQL = "WITH " + ALIASES_CTE + """
 SELECT canon, list(DISTINCT name ORDER BY name) FROM aliases GROUP BY canon"""
 

@@ -40,7 +40,16 @@ import duckdb
 
 from ..vocabulary import Severity
 from .base import Detector, Finding, human_duration, param, staged
-from .messages import HOPS_CTE, MESSAGE_KINDS, SVEN, UNIT_KINDS, Spot, aliases_of, display
+from .messages import (
+    CLAIM_WITH_COPIES,
+    HOPS_CTE,
+    MESSAGE_KINDS,
+    SVEN,
+    UNIT_KINDS,
+    Spot,
+    aliases_of,
+    display,
+)
 
 
 @dataclass
@@ -94,14 +103,7 @@ ORDER BY start, chan, pa, pb
 """
 
 # the messages of the episode, and the other party's stored copy of each (same message id)
-CLAIM = """
-WITH ids AS (SELECT CAST(unnest($ids) AS BIGINT) AS event_id)
-SELECT event_id FROM ids
-UNION
-SELECT e2.event_id FROM ids JOIN events e1 USING (event_id)
-JOIN events e2 ON e2.corr_id = e1.corr_id AND e2.kind = e1.kind
-WHERE e1.kind IN ('message', 'room_post') AND e1.corr_id IS NOT NULL
-"""
+CLAIM = CLAIM_WITH_COPIES
 
 
 # ---------------------------------------------------------------------------------------------
