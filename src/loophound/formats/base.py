@@ -58,9 +58,6 @@ class FormatProfile:
     # the `extra` key holding a message's text (its content, as JSON when it is not a plain
     # string), which repeated_message compares after masking
     text_key: str | None = None
-    # the `extra` key holding a message's text (its content, as JSON when it is not a plain
-    # string), which repeated_message compares after masking
-    text_key: str | None = None
 
 
 @dataclass(frozen=True)

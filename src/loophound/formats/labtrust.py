@@ -17,10 +17,6 @@ Line kinds:
   and an attempt's `proposal_hash` as `{"proposal_hash": ...}`, the proposal being what the
   coordinator asks for (its `action_key` masks the hash like any hex id: compare `args`
   itself to tell two proposals apart).
-- args: a step's `args` (JSON text; none when null); a proposal's `canonical_proposal_hash`
-  and an attempt's `proposal_hash` as `{"proposal_hash": ...}`, the proposal being what the
-  coordinator asks for (its `action_key` masks the hash like any hex id: compare `args`
-  itself to tell two proposals apart).
 - `LLM_COORD_AUDIT_DIGEST` ⇒ `audit`, action `audit_digest`.
 
 Episodes (session `episode-<n>`, channel `episode`), computed over the whole file in `finish`
@@ -119,12 +115,6 @@ def select_sql(ctx: FormatContext) -> str:
       CASE WHEN r.log_type IS NULL THEN r.rbac_decision->>'$.role_id' END AS role,
       r.proposal_id AS corr_id,
       CASE WHEN {is_att} THEN nullif(r.repair_request_hash, '') END AS parent_id,
-      CASE WHEN r.log_type IS NULL AND json_type(r.args) NOT IN ('NULL')
-             THEN CAST(r.args AS VARCHAR)
-           WHEN {is_prop} AND r.canonical_proposal_hash IS NOT NULL
-             THEN json_object('proposal_hash', r.canonical_proposal_hash->>'$')
-           WHEN {is_att} AND r.proposal_hash IS NOT NULL
-             THEN json_object('proposal_hash', r.proposal_hash->>'$') END AS args,
       CASE WHEN r.log_type IS NULL AND json_type(r.args) NOT IN ('NULL')
              THEN CAST(r.args AS VARCHAR)
            WHEN {is_prop} AND r.canonical_proposal_hash IS NOT NULL
