@@ -21,9 +21,12 @@ written from string templates, not `json.dumps`, so the 235 MB log takes seconds
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import random
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +121,12 @@ def _json(obj: Any) -> str:
 class _Writer:
     shape: _Shape
     rng: random.Random
-    lines: list[tuple[int, int, str]]  # (time, order, text)
+    lines: list[tuple[int, int, int, str]]  # (time, stream, order, text): sorts into the log
+    stream: int = 0  # equal times: the lines of a lower stream first, then in their order
+    count: itertools.count = field(default_factory=itertools.count)
 
     def emit(self, t: int, text: str) -> None:
-        self.lines.append((t, len(self.lines), text))
+        self.lines.append((t, self.stream, next(self.count), text))
 
     def rid(self) -> str:
         return f"{self.rng.getrandbits(128):032x}"
@@ -132,7 +137,7 @@ class _Writer:
         """A request at `t` and its response `elapsed` ms later (`late` ms more: the
         response logged after the time it states it took)."""
         s, rid = self.shape, self.rid()
-        trace = rid[:16]
+        trace = rid[:8]
         self.emit(t, s.line("received", time=t, rid=rid, action=action, session=session,
                             args=args, destructive="true" if action == "scroll" else "false",
                             owner=owner, trace=trace))
@@ -148,13 +153,14 @@ class _Writer:
 
 
 def _storm(w: _Writer, v: Variant, owner: str, session: str, start: int, n: int,
-           span_ms: float) -> tuple[int, int]:
+           span_ms: float, bounds: list[int]) -> Iterator[tuple[int, int, int, str]]:
     """`n` scrolls of a closed session, ~100 ms apart over `span_ms`; each answered
-    SESSION_NOT_FOUND at once (elapsed 0, logged in the same or the next ms)."""
+    SESSION_NOT_FOUND at once (elapsed 0, logged in the same or the next ms). Its lines, in
+    order, as they are made (the 10× storm is 12 M lines); `bounds` gets its first and last
+    request time."""
     rng = w.rng
     args = _json(_nest(v.depth, {"dy": 600, "dx": 0}, "scroll", "by"))
-    err = _json(_nest(v.depth, {"type": "SessionError", "retry": "never",
-                                 "message": f"session {session} not found"}, "cause", "detail"))
+    err = _json(_nest(v.depth, {"type": "SessionError", "retry": "never"}, "cause", "detail"))
     step = span_ms / n
     t = start
     first = start
@@ -162,9 +168,11 @@ def _storm(w: _Writer, v: Variant, owner: str, session: str, start: int, n: int,
         # the response in the same ms, or (30 %) logged a ms later, still elapsed 0
         w.request(t, owner, "scroll", session, args, error="SESSION_NOT_FOUND",
                   elapsed=0, forwarded=False, err=err, late=int(rng.random() < 0.3))
+        yield from w.lines
+        w.lines.clear()
         last = t
         t += max(1, int(round(step + rng.uniform(-5, 5))))
-    return first, last
+    bounds[:] = [first, last]
 
 
 def _healthy(w: _Writer, v: Variant, owner: str, session: str, start: int, end: int) -> int:
@@ -209,7 +217,7 @@ def write_bproxy_variant(path: Path, v: Variant, *, seed: int = 1, scale: float 
     rng = stream(seed, f"bproxy-variant-{v.name}")
     pid = 4000 + rng.randint(0, 5999)
     shape = _Shape(v, pid, random.Random(f"{seed}:shape:{v.name}"))
-    w = _Writer(shape, rng, [])
+    w = _Writer(shape, rng, [], stream=1)
     salt = f"{rng.getrandbits(128):032x}"
 
     def owner(nick: str) -> str:
@@ -225,20 +233,24 @@ def write_bproxy_variant(path: Path, v: Variant, *, seed: int = 1, scale: float 
               _json(_nest(v.depth, {"url": "https://www.linkedin.com/feed/"}, "navigate")),
               elapsed=1_200)
     w.request(CLOSE_MS, victim, "session.close", SESSION, "{}", elapsed=4)
-    storms = [(victim, SESSION, *_storm(w, v, victim, SESSION, STORM_START_MS, n, span), n)]
+    storms = [(victim, SESSION, n, [])]
+    streams = [_storm(_Writer(shape, rng, []), v, victim, SESSION, STORM_START_MS, n, span,
+                      storms[0][3])]
     if v.second_storm:  # another caller, another closed session, later and shorter
         second, start = owner("pisub9"), STORM_START_MS + int(span * 0.55)
         w.request(start - 2_000, second, "session.close", SECOND_SESSION, "{}", elapsed=3)
         m = max(20, n // 4)
-        storms.append((second, SECOND_SESSION,
-                       *_storm(w, v, second, SECOND_SESSION, start, m, span * 0.2), m))
+        storms.append((second, SECOND_SESSION, m, []))
+        streams.append(_storm(_Writer(shape, random.Random(f"{seed}:second:{v.name}"), [],
+                                      stream=2), v, second, SECOND_SESSION, start, m,
+                              span * 0.2, storms[1][3]))
     # healthy sessions spread over the storm, overlapping it and each other
     total = round(healthy_sessions * max(1.0, scale))
     healthy = 0
     for i in range(total):
         hrng = random.Random(f"{seed}:healthy:{v.name}:{i}")
         begin = STORM_START_MS + int(hrng.random() * span) - 10_000
-        sub = _Writer(shape, hrng, w.lines)
+        sub = _Writer(shape, hrng, w.lines, stream=1, count=w.count)
         healthy += _healthy(sub, v, owner(f"agent{i}"), _session_id(hrng), begin,
                             begin + int(session_minutes * 60_000))
     if v.stats:  # the daemon's own stats every ~30 s, the first one at start-up
@@ -251,10 +263,13 @@ def write_bproxy_variant(path: Path, v: Variant, *, seed: int = 1, scale: float 
             t, k = t + 30_000, k + 1
     w.lines.sort()
     path.parent.mkdir(parents=True, exist_ok=True)
+    lines = 0
     with open(path, "w", encoding="utf-8") as fh:
-        for i in range(0, len(w.lines), 65_536):
-            fh.write("\n".join(text for _, _, text in w.lines[i:i + 65_536]) + "\n")
-    return {"format": "bproxy", "variant": v.name, "file": path.name, "lines": len(w.lines),
+        merged = heapq.merge(w.lines, *streams)
+        while chunk := list(itertools.islice(merged, 65_536)):
+            fh.write("\n".join(text for _, _, _, text in chunk) + "\n")
+            lines += len(chunk)
+    return {"format": "bproxy", "variant": v.name, "file": path.name, "lines": lines,
             "bytes": path.stat().st_size, "healthy_requests": healthy,
             "storms": [{"actor": f"{pid}:{o}", "session": s, "requests": k, "start": a,
-                        "end": b} for o, s, a, b, k in storms]}
+                        "end": b} for o, s, k, (a, b) in storms]}

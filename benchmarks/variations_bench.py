@@ -1,0 +1,241 @@
+"""Benchmark: ingest, scan, investigate and a one-line query on bproxy-shaped logs of many
+shapes (synth/bproxy_variants.py: the request id under `id`, `req_id`, `reqId`,
+`request_id` or absent; nested objects 1–3 deep; pino's or a shuffled key order; undocumented
+top-level keys; `stats` lines; a second storm), each at the seed-001 storm's full size, and
+one of them at 2× and 10×: no single file shape is what gets tuned.
+
+Per log, each measured command runs in a fresh process, and in each round the baseline, then
+loophound (ingest into a new store, then a scan of it: detect + attribute, as `loophound scan`
+does, not saved), then optionally `investigate` end to end; the medians are compared, because
+these machines are noisy. The baseline is DuckDB's own default
+`COPY (SELECT * FROM read_json(file)) TO 'x.parquet'`; where DuckDB's default schema sample
+cannot read a file (a key first seen after the sample), it reads the whole file for its schema
+(`sample_size = -1`), and the table says so. Last, a one-line query end to end
+(`loophound sql` on the store, a new process each time) against DuckDB on the raw file.
+
+    python benchmarks/variations_bench.py [--repeat 3] [--variants id,no_id] [--big req_id]
+        [--scales 2,10] [--investigate] [--keep DIR] [--json FILE]
+
+The logs take 0.3–0.4 GB each at 1×, 3–4 GB at 10× (with its store): check `df -h` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPHOUND = Path(sys.executable).with_name("loophound")
+
+BASELINE = ("COPY (SELECT * FROM read_json('{log}'{opts})) TO '{out}/baseline.parquet' "
+            "(FORMAT parquet)")
+QUERY = "SELECT count(*) FROM requests WHERE error = 'SESSION_NOT_FOUND'"
+RAW_QUERY = ("SELECT count(*) FROM read_json('{log}'{opts}) "
+             "WHERE event = 'response' AND error_code = 'SESSION_NOT_FOUND'")
+
+RUNNER = r"""
+import json, resource, sys, time
+kind, log, out, arg = sys.argv[1:5]
+t0 = time.perf_counter()
+result = {}
+if kind == "baseline":
+    import duckdb
+    t1 = time.perf_counter()
+    duckdb.connect().execute(arg.format(log=log, out=out))
+elif kind == "ingest":
+    from loophound.ingest import ingest
+    from loophound.store import Store
+    t1 = time.perf_counter()
+    report = ingest([log], Store(out))
+    result["events"] = report.events
+elif kind == "scan":
+    from loophound.scan import scan_store
+    from loophound.store import Store
+    t1 = time.perf_counter()
+    doc = scan_store(Store(out), save=False).document
+    runs = [f for f in doc["findings"] if f["detector"] == "repeated_error"]
+    result |= {"findings": len(doc["findings"]), "incidents": len(doc.get("incidents", [])),
+               "repeated_error": [[f["events"], f["sessions"]] for f in runs[:20]],
+               "repeated_error_count": len(runs)}
+t2 = time.perf_counter()
+print(json.dumps(result | {"seconds": t2 - t1, "with_imports": t2 - t0,
+      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+INVESTIGATE = r"""
+import contextlib, io, json, resource, sys, time
+log, out = sys.argv[1:3]
+t0 = time.perf_counter()
+from loophound.cli import run
+sys.argv = ["loophound", "investigate", log, "--out", f"{out}/incident.html",
+            "--store", f"{out}/store", "--generated-at", "2026-01-01T00:00:00Z"]
+code = 0
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        run()
+    except SystemExit as exc:
+        code = exc.code or 0
+print(json.dumps({"seconds": time.perf_counter() - t0, "exit": code,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    if res.returncode != 0:
+        return {"error": (res.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def wall(cmd: list[str]) -> tuple[float, str]:
+    t = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return time.perf_counter() - t, res.stdout.strip()
+
+
+def baseline_opts(log: Path, work: Path) -> str:
+    """DuckDB's default read_json if it reads the file, else the whole file for its schema."""
+    probe = f"SELECT count(*) FROM read_json('{log}') WHERE event IS NOT NULL"
+    res = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.sql({probe!r}).fetchall()"],
+                         capture_output=True, text=True)
+    return "" if res.returncode == 0 else ", sample_size = -1"
+
+
+def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
+              investigate: bool) -> dict:
+    opts = baseline_opts(log, work)
+    print(f"{name}: {log.stat().st_size / 2**20:,.0f} MiB, {key['lines']:,} lines, storms "
+          f"{[s['requests'] for s in key['storms']]}"
+          + ("; DuckDB's default sample cannot read it: sample_size = -1" if opts else ""),
+          flush=True)
+    runs: dict[str, list[dict]] = {"baseline": [], "ingest": [], "scan": [], "investigate": []}
+    store = work / "store"
+    for i in range(repeat):
+        out = Path(tempfile.mkdtemp(dir=work))
+        runs["baseline"].append(child(RUNNER, "baseline", str(log), str(out),
+                                      BASELINE.replace("{opts}", opts)))
+        shutil.rmtree(out)
+        shutil.rmtree(store, ignore_errors=True)
+        runs["ingest"].append(child(RUNNER, "ingest", str(log), str(store), ""))
+        runs["scan"].append(child(RUNNER, "scan", str(log), str(store), ""))
+        if investigate:
+            out = Path(tempfile.mkdtemp(dir=work))
+            runs["investigate"].append(child(INVESTIGATE, str(log), str(out)))
+            shutil.rmtree(out)
+        print(f"  run {i + 1}: " + "   ".join(
+            f"{k} {v[-1].get('seconds', float('nan')):6.2f} s ({v[-1].get('peak_rss_mb', 0):,.0f} MB)"
+            for k, v in runs.items() if v), flush=True)
+        for k, v in runs.items():
+            if v and "error" in v[-1]:
+                print(f"  {k} failed: {v[-1]['error']}", flush=True)
+    # a one-line query end to end, alternating with DuckDB on the raw file
+    sql, raw = [], []
+    raw_code = f"import duckdb; print(duckdb.sql({RAW_QUERY.format(log=log, opts=opts)!r}).fetchall())"
+    for _ in range(max(repeat, 3)):
+        t, raw_out = wall([sys.executable, "-c", raw_code])
+        raw.append(t)
+        t, sql_out = wall([str(LOOPHOUND), "sql", QUERY, "--store", str(store), "--format", "csv"])
+        sql.append(t)
+    shutil.rmtree(store, ignore_errors=True)
+    med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
+           for k, v in runs.items() if v and any("seconds" in r for r in v)}
+    rss = {k: max(r.get("peak_rss_mb", 0) for r in v) for k, v in runs.items() if v}
+    last = runs["scan"][-1]
+    out = {"variant": name, "bytes": log.stat().st_size, "lines": key["lines"],
+           "storms": [s["requests"] for s in key["storms"]],
+           "baseline_sample_size": "whole file" if opts else "default",
+           "median_seconds": med, "peak_rss_mb": rss,
+           "ingest_ratio": med["ingest"] / med["baseline"],
+           "scan_over_ingest": med["scan"] / med["ingest"],
+           "investigate_ratio": med["investigate"] / med["baseline"] if "investigate" in med
+           else None,
+           "findings": last.get("findings"), "incidents": last.get("incidents"),
+           "repeated_error": last.get("repeated_error"),
+           "repeated_error_count": last.get("repeated_error_count"),
+           "sql_seconds": statistics.median(sql), "raw_query_seconds": statistics.median(raw),
+           "sql_answer": sql_out.splitlines()[-1], "raw_answer": raw_out, "runs": runs}
+    print(f"  median: baseline {med['baseline']:.2f} s, ingest {med['ingest']:.2f} s "
+          f"({out['ingest_ratio']:.2f}×), scan {med['scan']:.2f} s "
+          f"({out['scan_over_ingest']:.2f}× ingest)"
+          + (f", investigate {med['investigate']:.2f} s ({out['investigate_ratio']:.2f}×)"
+             if out["investigate_ratio"] else "")
+          + f"; repeated_error findings {out['repeated_error_count']} "
+            f"({(out['repeated_error'] or [[None]])[0][0]} events), findings {out['findings']},"
+            f" incidents {out['incidents']}; sql {out['sql_seconds']:.2f} s vs raw "
+            f"{out['raw_query_seconds']:.2f} s", flush=True)
+    return out
+
+
+def table(results: list[dict]) -> str:
+    rows = ["| log | MiB | lines | baseline | ingest | ratio | scan | scan / ingest | "
+            "investigate (ratio) | peak RSS ingest / scan | repeated_error findings (storm "
+            "events) | sql / raw |", "|" + "---|" * 12]
+    for r in results:
+        m, rss = r["median_seconds"], r["peak_rss_mb"]
+        inv = (f"{m['investigate']:.1f} s ({r['investigate_ratio']:.2f}×)"
+               if r["investigate_ratio"] else "")
+        storm = ", ".join(str(x[0]) for x in (r["repeated_error"] or []))
+        base = f"{m['baseline']:.2f} s" + ("*" if r["baseline_sample_size"] != "default" else "")
+        rows.append(
+            f"| {r['variant']} | {r['bytes'] / 2**20:,.0f} | {r['lines']:,} | {base} | "
+            f"{m['ingest']:.2f} s | {r['ingest_ratio']:.2f}× | {m['scan']:.2f} s | "
+            f"{r['scan_over_ingest']:.2f} | {inv} | {rss['ingest']:,.0f} / {rss['scan']:,.0f} MB"
+            f" | {r['repeated_error_count']} ({storm}) | {r['sql_seconds']:.2f} / "
+            f"{r['raw_query_seconds']:.2f} s |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from loophound.synth.bproxy_variants import VARIANTS, variant, write_bproxy_variant
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
+    ap.add_argument("--big", default="req_id", help="the variant also written at --scales")
+    ap.add_argument("--scales", default="2,10")
+    ap.add_argument("--investigate", action="store_true", help="also time investigate at 1×")
+    ap.add_argument("--keep", type=Path, help="keep (and reuse) the logs in this folder")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--size", type=float, default=1.0,
+                    help="a fraction of the full size, to try the benchmark out (0.02)")
+    args = ap.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
+    work.mkdir(parents=True, exist_ok=True)
+    plan = [(variant(n), 1.0) for n in args.variants.split(",") if n]
+    plan += [(variant(args.big), float(s)) for s in args.scales.split(",") if s]
+    results = []
+    try:
+        for v, scale in plan:
+            name = v.name if scale == 1 else f"{v.name} ×{scale:g}"
+            log = work / f"{v.name}-x{scale * args.size:g}.log"
+            key_file = log.with_suffix(".json")
+            if not (log.exists() and key_file.exists()):
+                t = time.perf_counter()
+                key = write_bproxy_variant(log, v, scale=scale * args.size)
+                key_file.write_text(json.dumps(key))
+                print(f"wrote {log.name} in {time.perf_counter() - t:.1f} s", flush=True)
+            key = json.loads(key_file.read_text())
+            results.append(bench_log(name, log, key, work, args.repeat,
+                                     args.investigate and scale == 1))
+            if not args.keep:
+                log.unlink()
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2) + "\n")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(table(results))
+    print("* DuckDB's default schema sample could not read this file: sample_size = -1")
+
+
+if __name__ == "__main__":
+    main()
