@@ -25,9 +25,13 @@ def render(report: Report) -> str:
     return page(report.title, body, CSS, report.generated_at, report.tool_version)
 
 
-def build(result: Any, generated_at: dt.datetime | str | None = None) -> str:
-    """The report of a `ScanResult` as one HTML string."""
-    return render(gather(result, generated_at))
+def build(result: Any, generated_at: dt.datetime | str | None = None,
+          guards: dict | None = None) -> str:
+    """The report of a `ScanResult` (or a saved run) as one HTML string; with `guards` (a
+    `loophound.guards/v1` document), the section "What would have stopped it" too."""
+    report = gather(result, generated_at)
+    report.guards = guards  # read by sections/guards.py only
+    return render(report)
 
 
 def write(html: str, out: Path) -> int:
