@@ -1,6 +1,7 @@
 """Fill README.md's generated tables from the code, so the documentation cannot drift:
-the event columns (schema.py), the detectors and their parameters (detect/), and the SQL
-and report chapters (docs/sql.md, docs/report.md).
+the event columns (schema.py), the detectors and their parameters (detect/), the guard
+types and presets (guards/), and the SQL, report and guards chapters (docs/sql.md,
+docs/report.md, docs/guards.md).
 
     python docs/build_readme.py        # rewrite README.md in place
 """
@@ -57,6 +58,61 @@ def contract_example() -> str:
             "finding and its incident:\n\n```json\n" + text + "\n```")
 
 
+def guard_types() -> str:
+    """The guard types and their parameters (loophound/guards/spec.py)."""
+    from loophound.guards.spec import REQUIRED, TYPES, show_value
+
+    out = ["#### Guard types", "",
+           "| type | what it does | what a refusal stops | judges (default key) | after |",
+           "|---|---|---|---|---|"]
+    for t in TYPES.values():
+        key = ", ".join(t.key) or "one state for all"
+        out.append(f"| `{t.name}` | {t.summary} | {t.blocks} | {', '.join(t.kinds)} ({key}) | "
+                   f"{t.source} |")
+    out += ["", "| type | parameter | default | meaning |", "|---|---|---|---|"]
+    for t in TYPES.values():
+        for p in t.params:
+            default = "required" if p.default is REQUIRED else (
+                "omitted" if p.default is None else f"`{show_value(p, p.default)}`".replace(
+                    "`True`", "`true`").replace("`False`", "`false`"))
+            out.append(f"| `{t.name}` | `{p.name}` | {default} | {p.doc} |")
+    return "\n".join(out)
+
+
+def guard_presets() -> str:
+    """The shipped presets (loophound/guards/presets/*.toml)."""
+    from loophound.guards.spec import preset_names, preset_spec
+
+    out = ["| preset | what it is | guards |", "|---|---|---|"]
+    for name in preset_names():
+        spec = preset_spec(name)
+        own = [g.name for g in spec.guards if g.preset == name]
+        guards = ", ".join(f"`{g}`" for g in own) or "includes " + ", ".join(
+            f"`{p}`" for p in spec.descriptions if p != name)
+        out.append(f"| `{name}` | {spec.descriptions.get(name, '')} | {guards} |")
+    return "\n".join(out)
+
+
+def guards_contract() -> str:
+    """`loophound guards sample_logs/hooks/ --preset hooks-fix --json -`, cut to one guard."""
+    import json
+    import os
+    import tempfile
+
+    from loophound import api
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(ROOT)
+        doc = api.guards(tmp, [os.path.relpath(ROOT / "sample_logs" / "hooks")],
+                         presets=["hooks-fix"]).document
+    guard = next(g for g in doc["guards"] if g["name"] == "hooks-cycle")
+    guard["incidents"] = guard["incidents"][:1] + [{"…": "one row per finding"}]
+    doc["guards"] = [guard, {"…": "one object per guard"}]
+    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+    return ("The replay of `loophound guards sample_logs/hooks/ --preset hooks-fix --json -`, cut "
+            "to the guard `hooks-cycle`:\n\n```json\n" + text + "\n```")
+
+
 def chapter(name: str) -> str:
     path = ROOT / "docs" / name
     return path.read_text().strip() if path.exists() else ""
@@ -76,6 +132,10 @@ def build(text: str) -> str:
     text = fill(text, "SQL", chapter("sql.md"))
     text = fill(text, "REPORT", chapter("report.md"))
     text = fill(text, "BENCH", chapter("benchmarks.md"))
+    text = fill(text, "GUARDS", chapter("guards.md"))
+    text = fill(text, "GUARD_TYPES", guard_types())
+    text = fill(text, "GUARD_PRESETS", guard_presets())
+    text = fill(text, "GUARDS_CONTRACT", guards_contract())
     text = fill(text, "CONTRACT", contract_example())
     return text
 

@@ -249,6 +249,61 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
 
 
 @dataclass
+class GuardsResult:
+    document: dict  # the loophound.guards/v1 object
+    source: str  # the scan the guards were replayed over, in words
+    report: ReportResult | None = None
+
+
+def guards(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
+           spec: PathLike | None = None, presets: Sequence[str] = (), sweep: str | None = None,
+           report: PathLike | None = None, generated_at: dt.datetime | str | None = None,
+           on_guard: Callable[[str], Any] | None = None) -> GuardsResult:
+    """Replay runtime guards (a `spec` TOML file and/or shipped `presets`) over the store's
+    newest saved scan, in event time, and measure what each would have stopped: the
+    `loophound.guards/v1` document. `paths` are ingested first; without a saved scan that
+    covers everything the store holds, it scans first (saving the run where a scan would).
+    `sweep` (`GUARD.PARAM=LO..HI`) replays one parameter over a range; `report` writes the
+    HTML report with the section "What would have stopped it"."""
+    from .guards import combine, load_spec, parse_sweep, preset_names, preset_spec
+    from .guards import run as replay
+
+    specs = ([load_spec(spec)] if spec else []) + [preset_spec(p) for p in presets]
+    if not specs:
+        raise ConfigError("name the guards to replay: a spec file (TOML [[guard]] tables) or a "
+                          f"preset; presets: {', '.join(preset_names())}")
+    combined = combine(specs)
+    swept = parse_sweep(sweep, combined) if sweep else None
+    s = _store(store)
+    if paths:
+        ingest(paths, s)
+    s = _existing(s)
+    run = load_run(s)
+    if run is not None and run.full and is_current(s, run):
+        opened = open_run(s, run, tables=report is not None)  # the report needs its tables
+        source, number = f"saved run {run.number} ({run.folder})", run.number
+    else:
+        opened = scan(s)
+        where = opened.saved_in or s.root
+        why = "no saved scan" if run is None or not run.full else \
+            "the saved scan predates batches ingested since"
+        saved = load_run(s, opened.saved_in)  # the run this scan saved
+        source, number = f"a new scan ({why}; saved in {where})", saved.number if saved else None
+    try:
+        doc = replay(opened.con, opened.document, opened.unit_kinds, combined, swept, number,
+                     on_guard)
+        made = None
+        if report is not None:
+            from .report import build, write
+
+            size = write(build(opened, generated_at, guards=doc), Path(report))
+            made = ReportResult(Path(report), size, opened.document, source)
+    finally:
+        opened.con.close()
+    return GuardsResult(doc, source, made)
+
+
+@dataclass
 class Verdict:
     path: str
     bytes: int
@@ -277,5 +332,5 @@ def verify(store: PathLike | Store = DEFAULT_STORE) -> list[Verdict]:
     return [Verdict(*row) for row in (*verify_inputs(s), *verify_store_files(s))]
 
 
-__all__ = ["Evidence", "Investigation", "ReportResult", "Verdict", "cost_model", "ingest",
-           "investigate", "open", "scan", "verify", "write_report"]
+__all__ = ["Evidence", "GuardsResult", "Investigation", "ReportResult", "Verdict", "cost_model",
+           "guards", "ingest", "investigate", "open", "scan", "verify", "write_report"]

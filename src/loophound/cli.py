@@ -232,7 +232,7 @@ def scan_cmd(
 
 # Commands that live in their own modules (each has `register(app)`), registered here so the
 # whole command line is still listed in one place.
-COMMAND_MODULES = ("sql", "report", "watch", "synth")
+COMMAND_MODULES = ("sql", "report", "watch", "synth", "guards")
 
 
 def _register_commands() -> None:

@@ -247,15 +247,17 @@ class OpenedRun:
         return self.run.unit_kinds
 
 
-def open_run(store: Store, run: SavedRun) -> OpenedRun:
-    """`run` over `store`'s events, ready for the report."""
-    return OpenedRun(run, run_connection(store, run))
+def open_run(store: Store, run: SavedRun, tables: bool = True) -> OpenedRun:
+    """`run` over `store`'s events, ready for the report (`tables=False`: the views only)."""
+    return OpenedRun(run, run_connection(store, run, tables))
 
 
-def run_connection(store: Store, run: SavedRun) -> duckdb.DuckDBPyConnection:
+def run_connection(store: Store, run: SavedRun, tables: bool = True) -> duckdb.DuckDBPyConnection:
     """The store's views, with the tables a scan leaves for the report rebuilt from `run`:
     `_findx` (finding index → id), `event_costs`, `_event_facts` (each event's owner, size
-    and price), `claims` and `owner`. Nothing is detected or priced again."""
+    and price), `claims` and `owner`. Nothing is detected or priced again. `tables=False`:
+    only the views of the run's findings, claims (`finding_events`) and attribution
+    (`_attribution`), which is what a replay of guards reads, without building tables."""
     con = store.connect()
     claims, attribution = run.path("claims"), run.path("attribution")
     define_finding_views(con, {"findings": [str(run.path("findings"))],
@@ -266,6 +268,8 @@ def run_connection(store: Store, run: SavedRun) -> duckdb.DuckDBPyConnection:
                                   "prio": ("INTEGER", list(range(len(ids))))})
     con.execute(f"CREATE OR REPLACE TEMP VIEW _attribution AS "
                 f"SELECT * FROM read_parquet({db.sql_literal(str(attribution))})")
+    if not tables:
+        return con
     con.execute("""CREATE OR REPLACE TEMP TABLE event_costs AS
         SELECT event_id, cost_usd, cost_status, tokens FROM _attribution
         WHERE cost_status IS NOT NULL""")

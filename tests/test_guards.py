@@ -1,0 +1,246 @@
+"""The guard lab on the sample logs and their clean twins: each incident's write-up guard stops
+it, the defences that failed stop (almost) nothing, false blocks are counted; the contract is
+deterministic; the command and the report section work."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loophound import api
+from loophound.guards import SCHEMA, combine, preset_spec
+from loophound.guards.lab import replay_selection
+from loophound.guards.log import load
+from loophound.guards.machines import predicate, replay
+from loophound.runs import load_run, open_run
+from loophound.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_logs"
+CLI = [sys.executable, "-c", "from loophound.cli import run; run()"]
+
+
+def _store(tmp: Path, paths: list[Path]) -> Path:
+    store = tmp / "store"
+    api.scan(store, [str(p) for p in paths])
+    return store
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("guard-samples")
+    return _store(tmp, [SAMPLES / d for d in ("bproxy", "hooks", "sven", "labtrust")])
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory) -> Path:
+    from loophound.synth import write_clean_twins
+
+    tmp = tmp_path_factory.mktemp("guard-twins")
+    write_clean_twins(tmp / "logs")
+    return _store(tmp, [tmp / "logs" / d for d in ("bproxy", "hooks", "sven", "labtrust")])
+
+
+@pytest.fixture(scope="module")
+def lab(samples) -> dict:
+    return api.guards(samples, presets=["had", "adopted"]).document
+
+
+def _guard(doc: dict, name: str) -> dict:
+    return next(g for g in doc["guards"] if g["name"] == name)
+
+
+def _rows(g: dict, detector: str, fmt: str | None = None) -> list[dict]:
+    return [r for r in g["incidents"] if r["detector"] == detector
+            and (fmt is None or fmt in r["title"] or fmt in r["finding_id"])]
+
+
+def test_the_breaker_blocks_all_but_the_first_few_dead_session_requests(lab):
+    g = _guard(lab, "bproxy-breaker")
+    storms = [r for r in _rows(g, "repeated_error") if "SESSION_NOT_FOUND" in r["title"]]
+    assert storms
+    for r in storms:
+        assert r["events"] == 1200 and r["events_before_block"] <= 3
+        assert r["blocked_events"] >= 1197 and r["share_blocked"] > 0.99
+    assert g["false_blocks"] == 0 and g["trips"] == 1
+    assert g["blocked"]["cost_usd"] >= 2.39  # 1,197 requests at the assumed $0.002
+
+
+def test_the_cycle_check_blocks_the_hook_cycle_from_its_first_closing_hop(lab):
+    g = _guard(lab, "hooks-cycle")
+    cycles = _rows(g, "trigger_cycle")
+    assert len(cycles) == 2
+    for r in cycles:
+        # the root session and the hop that opened the cycle happened; the closing hop is
+        # refused and every session it would have started is prevented
+        assert r["events_before_block"] <= 3 and r["share_blocked"] > 0.89
+        assert r["first_block"] is not None
+    assert g["blocked"]["cost_usd"] == 0 and g["blocked_upper"]["cost_usd"] > 200
+
+
+def test_the_hop_budget_stops_the_echo(lab):
+    g = _guard(lab, "sven-hop-budget")
+    echoes = [r for r in _rows(g, "ping_pong") if r["events"] >= 300]
+    assert len(echoes) == 2  # the gateways' assistant echo and the two bots in a room
+    for r in echoes:
+        assert r["share_blocked"] > 0.95 and r["events_before_block"] <= 4
+    # the user-role chain the log shows stopped at depth 4 each time: nothing more to stop
+    (stopped,) = [r for r in _rows(g, "ping_pong") if r["events"] == 24]
+    assert stopped["blocked_events"] == 0
+    assert g["false_blocks"] == 0
+
+
+def test_what_they_had_blocks_nothing_of_the_loops(lab):
+    for name in ("bproxy-pacing", "hooks-exclude-self", "hooks-origin-depth",
+                 "hooks-idempotency", "hooks-per-completion", "hooks-hourly-20",
+                 "sven-stated-depth"):
+        g = _guard(lab, name)
+        assert g["blocked"]["events"] == 0 and g["blocked_upper"]["events"] == 0, name
+        assert all(r["blocked_events"] == 0 for r in g["incidents"]), name
+
+
+def test_false_blocks_on_the_clean_twins(twins):
+    doc = api.guards(twins, presets=["had", "adopted"]).document
+    false = {g["name"]: g["false_blocks"] for g in doc["guards"]}
+    assert all(g["blocked"]["events"] == g["false_blocks"] for g in doc["guards"])
+    for name in ("bproxy-breaker", "bproxy-error-throttle", "bproxy-activity-cap",
+                 "sven-hop-budget", "hooks-rate-monitoring", "hooks-rate-others"):
+        assert false[name] == 0, name
+    # the write-up's own warnings, measured: a 30-minute window refuses a review round trip
+    # (rutger → saskia → rutger, 17 minutes apart), and isolation refuses a monitoring agent's
+    # single legitimate hook
+    assert false["hooks-cycle"] == 1 and false["hooks-isolation"] == 1
+    examples = _guard(doc, "hooks-cycle")["false_block_examples"]
+    assert examples[0]["file"].endswith("hooks.jsonl") and examples[0]["line"] == 43
+    assert 0 < _guard(doc, "hooks-cycle")["false_block_share"] < 0.01
+
+
+def test_the_contract_is_complete_and_deterministic(samples, lab):
+    again = api.guards(samples, presets=["had", "adopted"]).document
+    from loophound.findings_json import dumps
+
+    assert dumps(again) == dumps(lab)
+    assert lab["schema"] == SCHEMA == "loophound.guards/v1"
+    for g in lab["guards"]:
+        assert {"name", "type", "params", "trips", "first_block", "blocked", "blocked_upper",
+                "false_blocks", "incidents"} <= g.keys()
+        for bound in (g["blocked"], g["blocked_upper"]):
+            assert {"events", "tokens", "cost_usd"} <= bound.keys()
+        assert g["blocked"]["events"] <= g["blocked_upper"]["events"]
+        for r in g["incidents"]:
+            assert {"finding_id", "detector", "events", "blocked_events", "first_block",
+                    "events_before_block", "cost_before_block"} <= r.keys()
+    assert lab["log"]["end"] and lab["sweep"] is None
+
+
+def test_a_sweep_marks_the_defaults_and_recommends_a_setting(samples):
+    doc = api.guards(samples, presets=["hooks-fix"], sweep="hooks-cycle.window=5m..1h").document
+    sw = doc["sweep"]
+    values = [r["value"] for r in sw["rows"]]
+    assert values[0] == "5m" and values[-1] == "1h" and "30m" in values
+    assert {"label": "hooks-fix: hooks-cycle", "value": "30m"} in sw["marks"]
+    at = {r["value"]: r for r in sw["rows"]}
+    assert at["30m"]["false_blocks"] == 1 and at["5m"]["saved_usd"] == 0
+    rec = sw["recommended"]
+    assert rec["false_blocks"] == 0 and rec["saved_usd"] > 100
+
+
+def test_the_fast_replay_and_the_numpy_selection_agree_with_the_plain_ones(samples):
+    """Every shipped guard: key by key with skips (where it is allowed) refuses what event by
+    event refuses, and the vectorised `where` selects what `machines.predicate` selects."""
+    s = Store(samples)
+    opened = open_run(s, load_run(s))
+    spec = combine([preset_spec(p) for p in ("had", "adopted", "frameworks")])
+    log = load(opened.con, list(spec.guards))
+    try:
+        for g in spec.guards:
+            fast, trips = replay_selection(log, g)
+            sel = log.select(g)
+            events = sel.events()
+            plain = replay(events, g, log.children)
+            assert (sorted(fast), trips) == (plain.blocked, plain.trips), g.name
+            test = predicate(g.where)
+            if test is not None:
+                everything = log.select(dataclasses.replace(g, where=()))
+                picked = [e.pos for e in everything.events() if test(e)]
+                assert picked == sel.pos.tolist(), g.name
+    finally:
+        opened.con.close()
+
+
+def test_the_command_writes_the_contract_and_says_a_mistake_in_one_line(samples, tmp_path):
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    done = subprocess.run([*CLI, "guards", "--store", str(samples), "--preset", "adopted",
+                           "--json", "-"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [g["name"] for g in doc["guards"]][:3] == ["bproxy-breaker", "bproxy-error-throttle",
+                                                      "bproxy-activity-cap"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[guard]]\nname = "b"\ntype = "breaker"\nthreshhold = 3\n')
+    done = subprocess.run([*CLI, "guards", "--store", str(samples), "--spec", str(bad)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: guards spec") and "did you mean threshold" in \
+        done.stderr and done.stderr.count("\n") == 1
+
+
+def test_guards_scan_first_when_no_saved_scan_covers_the_store(tmp_path):
+    store = tmp_path / "store"
+    api.ingest([str(SAMPLES / "hooks")], store)
+    got = api.guards(store, presets=["hooks-fix"])
+    assert got.source.startswith("a new scan")
+    assert _guard(got.document, "hooks-cycle")["blocked"]["events"] == 3
+    again = api.guards(store, presets=["hooks-fix"])
+    assert again.source.startswith("saved run") and again.document == got.document
+
+
+@pytest.fixture(scope="module")
+def guards_report(samples, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("guards-report") / "report.html"
+    api.guards(samples, presets=["had", "adopted"], sweep="hooks-cycle.window=5m..1h",
+               report=out, generated_at="2026-06-19T08:00:00Z")
+    return out
+
+
+def test_the_report_compares_the_guards_side_by_side(guards_report):
+    html = guards_report.read_text(encoding="utf-8")
+    assert '<section id="guards"' in html and "What would have stopped it" in html
+    assert "bproxy-breaker" in html and "hooks-cycle" in html and 'id="chart-guards-sweep"' in html
+    assert "Recommended:" in html
+
+
+@pytest.mark.browser
+def test_the_guards_section_renders_in_chromium(guards_report):
+    from test_report_browser import Browser, _load, require_chromium
+
+    b = Browser(require_chromium())
+    try:
+        page = _load(b, guards_report)
+        assert b.console_errors() == []
+        assert page["failed"] == 0 and page["charts"] == page["figures"] > 5
+        section = b.eval("""(() => {
+          const s = document.getElementById('guards');
+          return {text: s.innerText, svgs: s.querySelectorAll('div[data-fig] .main-svg').length,
+                  rows: s.querySelectorAll('table.guards tbody tr').length,
+                  marks: Array.from(s.querySelectorAll('div[data-fig] svg text')).map(
+                    t => t.textContent).join('\\n')};
+        })()""")
+        assert section["svgs"] >= 1 and section["rows"] == 16
+        assert "hooks-fix: hooks-cycle" in section["marks"]
+        assert "What would have stopped it" in section["text"]
+    finally:
+        b.close()
+
+
+def test_no_guard_named_is_a_clear_error(samples):
+    from loophound.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="presets: adopted"):
+        api.guards(samples)
