@@ -46,6 +46,7 @@ from .lines import (
     open_binary,
     read_head,
     read_lines,
+    records_batch,
 )
 from .normalise import key_sql
 from .schema import COLUMNS, QUARANTINE_COLUMNS
@@ -54,7 +55,7 @@ from .store import OUTCOME_COLUMNS, Store, create_batch_table
 HEAD_LEN = 4096
 TAIL_LEN = 4096
 SNIFF_BYTES = 65536  # the head of a file that formats are recognised by
-LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json"}
+LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json", ".traj"}  # .traj: SWE-agent
 
 
 class IngestError(InputError):
@@ -129,7 +130,7 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
                         found.append((f, os.path.normpath(str(f))))
                     elif not f.name.lower().endswith("results.json"):
                         passed_over.append((os.path.normpath(str(f)), NOT_A_LOG
-                                            + " (.jsonl, .ndjson, .log, .json, maybe compressed)"))
+                                            + " (.jsonl, .ndjson, .log, .json, .traj, maybe compressed)"))
             elif p.is_file():
                 found.append((p, os.path.normpath(m)))
             elif not p.exists():
@@ -387,6 +388,9 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
                               "format; name one with --format, or describe it with --mapping")
         return rep
     rep.format = fmt.name
+    if fmt.records is not None:  # one JSON document, not lines: known by its path alone
+        _ingest_document(path, shown, store, fmt, options, rep, progress)
+        return rep
     if known is not None and _unchanged(path, known):
         rep.status, rep.sha256, rep.lines = "unchanged", known.sha256, known.lines
         return rep
@@ -412,6 +416,93 @@ def _read_file(path: Path, shown: str, store: Store, fmt: Format, known: Known |
         rep.skipped_reason = (f"the {fmt.name} format could not map this file ({exc}); nothing "
                               "of it was stored. This is a loophound bug: please report it with "
                               "the file's first lines")
+
+
+def _ingest_document(path: Path, shown: str, store: Store, fmt: Format, options: IngestOptions,
+                     rep: FileReport, progress) -> None:
+    """A file that is one JSON document (a trajectory), read whole; nothing of it is stored
+    unless all of it is (an earlier read's events stand until then)."""
+    try:
+        _read_document(path, shown, store, fmt, options, rep, progress)
+    except (OSError, EOFError) as exc:
+        rep.status, rep.skipped_reason = "skipped", f"cannot read: {exc}"
+    except duckdb.Error as exc:
+        rep.status = "skipped"
+        rep.skipped_reason = (f"the {fmt.name} format could not map this document ({exc}); "
+                              "nothing of it was stored. This is a loophound bug: please "
+                              "report it with the document's first steps")
+
+
+def _read_document(path: Path, shown: str, store: Store, fmt: Format, options: IngestOptions,
+                   rep: FileReport, progress) -> None:
+    """Its records (`fmt.records`: the steps) are mapped as lines are, record n as line n at
+    its own bytes. A document is rewritten, not appended to: when it changes it is read again
+    whole and its earlier events are replaced in one commit (as a companion's are); unchanged,
+    it costs a stat and its last 4 KiB. It is known by its path, never by its first bytes
+    (trajectories of one agent start alike); the same bytes already read at another path (a
+    copy) are not read again."""
+    known = next((k for k in _known_inputs(store) if k.path == str(path)), None)
+    if known is not None and _unchanged(path, known):
+        rep.status, rep.sha256, rep.lines = "unchanged", known.sha256, known.lines
+        return
+    with open_binary(path) as stream:
+        data = stream.read()
+    progress(len(data))
+    digest = hashlib.sha256(data).hexdigest()
+    same = known if known is not None and known.sha256 == digest else next(
+        (k for k in _known_inputs(store) if k.sha256 == digest and k.format == fmt.name
+         and known is None), None)
+    if same is not None:
+        rep.status, rep.sha256, rep.lines = "unchanged", same.sha256, same.lines
+        if same is not known:
+            rep.warnings.append(f"the same bytes as {same.path}, already read: not read again")
+        return
+    _map_document(path, shown, store, fmt, options, rep, data, digest, known)
+
+
+def _map_document(path: Path, shown: str, store: Store, fmt: Format, options: IngestOptions,
+                  rep: FileReport, data: bytes, digest: str, known: Known | None) -> None:
+    """Map the records of a whole document into one batch and commit it, replacing what an
+    earlier read of it committed."""
+    ranges = fmt.records(data)
+    input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
+    ctx = FormatContext(path=path, display_path=shown, input_id=input_id)
+    con = db.scratch()
+    create_batch_table(con)
+    batch_id = _next_id(store, "batches", "batch_id")
+    sink = _ChunkSink(con, fmt, ctx, store, batch_id)
+    for view in ("stored_events", "recent_stored_events"):  # its earlier events no longer stand
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {NARROW} FROM file_rows")
+    mapper = _Mapper(con, fmt, ctx)
+    if ranges is None:  # nothing the format knows: the document is one quarantined record
+        ranges = []
+        rejected = [Rejected(1, 0, len(data), "unmappable",
+                             f"the {fmt.name} format finds no list of steps in this document",
+                             data[:200].decode("utf-8", errors="backslashreplace"))]
+    else:
+        rejected = mapper.map(records_batch(data, ranges, options.max_line_bytes))
+    try:
+        sink.flush(final=True)
+    finally:
+        events = sink.close()
+    _record_late_outcomes(store, con)
+    state = ReadState(next_line=max(len(ranges), len(rejected)) + 1, next_offset=len(data))
+    rep.events, rep.new_bytes, rep.sha256 = events, len(data), digest
+    rep.quarantined = Counter(r.reason for r in rejected)
+    rep.lines = state.next_line - 1
+    rep.warnings += _warnings(con)
+    if mapper.unknown:
+        keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(mapper.unknown.items())[:10])
+        rep.warnings.append(f"keys of its steps the {fmt.name} format does not know: {keys}; "
+                            "kept in the `extra` column")
+    rep.status = "new" if known is None else "replaced"
+    _commit(store, con, path, shown, fmt, known, input_id, state, rejected, digest,
+            head_bytes=data[:HEAD_LEN], ended_without_newline=False, first_offset=0,
+            range_sha=digest, compressed=compression_of(path) is not None, batch_id=batch_id,
+            events_file=sink.relative if events else None, events=events,
+            replace=known is not None, tail=data[-TAIL_LEN:],
+            ts_range=con.execute("SELECT min(ts), max(ts) FROM file_rows").fetchall()[0])
+    con.close()
 
 
 def _start_generation(path: Path, shown: str, store: Store, fmt: Format, known: Known,

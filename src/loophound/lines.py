@@ -183,6 +183,39 @@ def split_chunk(
     return LineBatch(table, rejected), tail
 
 
+def records_batch(data: bytes, ranges: list[tuple[int, int]],
+                  max_line_bytes: int = MAX_LINE_BYTES) -> LineBatch:
+    """The records of one JSON document (each an (offset, length) in `data`) as a batch of
+    lines: record n is line n, its bytes exactly those of the range (no newline of its own).
+    A record that is too long, not UTF-8, binary or not an object is rejected as a line would
+    be; JSON validity is decided later, in SQL, as for lines."""
+    rows: list[tuple[int, int, int, str]] = []
+    rejected: list[Rejected] = []
+    for n, (offset, length) in enumerate(ranges, 1):
+        raw = data[offset:offset + length]
+        if length > max_line_bytes:
+            rejected.append(Rejected(n, offset, length, "line_too_long",
+                                     f"record of {length:,} bytes is over the "
+                                     f"{max_line_bytes:,}-byte limit (--max-line-bytes)",
+                                     preview(raw)))
+            continue
+        verdict = _classify(raw)
+        if verdict is None:
+            try:
+                rows.append((n, offset, length, raw.decode("utf-8")))
+                continue
+            except UnicodeDecodeError:
+                verdict = ("invalid_utf8", "record is not valid UTF-8 text")
+        rejected.append(Rejected(n, offset, length, *verdict, preview(raw)))
+    table = pa.table({
+        "line": pa.array([r[0] for r in rows], pa.int64()),
+        "byte_offset": pa.array([r[1] for r in rows], pa.int64()),
+        "byte_length": pa.array([r[2] for r in rows], pa.int32()),
+        "text": pa.array([r[3] for r in rows], pa.large_string()),
+    })
+    return LineBatch(table, rejected)
+
+
 def _arrow_lines(
     data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray,
     first_line: int, first_offset: int,

@@ -55,6 +55,9 @@ class FormatProfile:
     terminal_errors: tuple[str, ...] = ()
     # errors the service's own rate guard answers with (bproxy)
     rate_guard_errors: tuple[str, ...] = ()
+    # how the format places events its log gives no time (a simulated clock: a trajectory's
+    # step index), for whatever shows times to say so; None: every time is the log's own
+    simulated_clock: str | None = None
     # the `extra` key holding a message's text (its content, as JSON when it is not a plain
     # string), which repeated_message compares after masking
     text_key: str | None = None
@@ -85,6 +88,12 @@ class Format:
     companions: Callable[[Path], list[Path]] | None = None
     # Turns a companion file into canonical rows (list of dicts keyed by column name).
     read_companion: Callable[[Path, FormatContext], list[dict]] | None = None
+    # A format whose files are each one JSON document (a trajectory), not lines: the
+    # (offset, length) of each record (a step) in the document's bytes, found by a streaming
+    # scan, never by re-serialising; None when the document holds no records this format
+    # knows. Ingest maps the records as it maps lines (line = the record's place, 1-based) and
+    # reads a document that changed again whole, its earlier events replaced.
+    records: Callable[[bytes], list[tuple[int, int]] | None] | None = None
     # Per-file (mapped, known) keys, for formats whose columns depend on the file (generic).
     file_keys: Callable[[FormatContext], tuple[frozenset[str], frozenset[str]]] | None = None
     priority: int = 50  # lower sniffs first; the generic mapping is last
