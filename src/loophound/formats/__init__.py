@@ -12,7 +12,8 @@ from ..errors import FormatError
 from ..registry import present
 from .base import Format, FormatContext
 
-_MODULES = ("bproxy", "sven", "labtrust", "hooks", "claude_code", "codex", "otlp", "generic")
+_MODULES = ("bproxy", "sven", "labtrust", "hooks", "claude_code", "codex", "otlp", "trajectory",
+            "generic")
 
 
 def _load() -> dict[str, Format]:

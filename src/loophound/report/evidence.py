@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from .. import db
+from ..formats import FORMATS
 from ..lines import open_binary
 
 MAX_QUOTE_BYTES = 4000
@@ -40,12 +41,15 @@ class _Input:
     bytes: int
     head_sha256: str | None
     head_len: int
+    document: bool = False  # one JSON document (a trajectory): its records are not lines
 
 
 def _inputs(con: duckdb.DuckDBPyConnection) -> dict[int, _Input]:
-    rows = con.execute("SELECT input_id, path, display_path, bytes, head_sha256, head_len "
-                       "FROM _inputs ORDER BY input_id").fetchall()
-    return {r[0]: _Input(r[0], r[1], r[2], r[3] or 0, r[4], r[5] or 0) for r in rows}
+    rows = con.execute("SELECT input_id, path, display_path, bytes, head_sha256, head_len, "
+                       "format FROM _inputs ORDER BY input_id").fetchall()
+    documents = {name for name, fmt in FORMATS.items() if fmt.records is not None}
+    return {r[0]: _Input(r[0], r[1], r[2], r[3] or 0, r[4], r[5] or 0, r[6] in documents)
+            for r in rows}
 
 
 def _candidates(inp: _Input) -> list[str]:
@@ -145,11 +149,19 @@ def _read_lines(stream, inp: _Input, items, out) -> str | None:
             ev.problem = f"{inp.display} is shorter than when it was read; line not quoted"
             continue
         ev.truncated = length > take
-        if not ev.truncated and not data.endswith(b"\n") and offset + length != inp.bytes:
+        if not ev.truncated and not _ends_a_record(data, inp) and offset + length != inp.bytes:
             ev.problem = f"{inp.display} has changed since it was read; line not quoted"
             continue
         ev.text = data.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
     return None
+
+
+def _ends_a_record(data: bytes, inp: _Input) -> bool:
+    """A line ends with its newline; a record of a whole document (a trajectory's step) is a
+    JSON object, from its opening brace to its closing one."""
+    if inp.document:
+        return data[:1] == b"{" and data.endswith(b"}")
+    return data.endswith(b"\n")
 
 
 def _skip(stream, n: int) -> None:
