@@ -44,6 +44,12 @@ def log_files(root: Path) -> list[Path]:
                   and p.name != "EXPECTED.json")
 
 
+def documents(root: Path, expected: dict) -> set[Path]:
+    """The files that are one JSON document each (trajectories: the sections with `records`)."""
+    return {root / sec["dir"] / rel for sec in expected["sections"].values()
+            for rel in sec.get("records", {})}
+
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
@@ -70,8 +76,8 @@ def test_twins_are_reproducible(twins, tmp_path):
 
 @pytest.mark.parametrize("tree", ["samples", "twins"])
 def test_every_line_is_a_json_object_and_files_end_with_newline(tree, request):
-    root, _ = request.getfixturevalue(tree)
-    files = log_files(root)
+    root, expected = request.getfixturevalue(tree)
+    files = [p for p in log_files(root) if p not in documents(root, expected)]
     assert len(files) >= 10
     for path in files:
         raw = path.read_bytes()
@@ -118,10 +124,27 @@ SERIALIZERS = {
 def test_lines_are_byte_exact_for_their_format(samples):
     root, expected = samples
     for sec in expected["sections"].values():
+        if "records" in sec:
+            continue  # documents, not lines: see below
         dump = SERIALIZERS[sec["format"]]
         for rel in sec["lines"]:
             for line in (root / sec["dir"] / rel).read_text(encoding="utf-8").splitlines():
                 assert dump(json.loads(line)) == line
+
+
+@pytest.mark.parametrize("tree", ["samples", "twins"])
+def test_documents_are_what_the_agents_write(tree, request):
+    """A trajectory is one JSON document, `json.dumps(..., indent=2)` with no newline at the
+    end, as SWE-agent, mini-swe-agent and OpenHands save it; its steps are as counted."""
+    root, expected = request.getfixturevalue(tree)
+    sec = expected["sections"]["trajectory"]
+    assert len(sec["records"]) >= 4 and set(sec["records"]) == set(sec["lines"])
+    for rel, n in sec["records"].items():
+        text = (root / sec["dir"] / rel).read_text(encoding="utf-8")
+        doc = json.loads(text)
+        assert json.dumps(doc, indent=2) == text, rel
+        steps = doc if isinstance(doc, list) else doc.get("trajectory") or doc["messages"]
+        assert len(steps) == n and all(isinstance(s, dict) for s in steps), rel
 
 
 # --- bproxy --------------------------------------------------------------------------------

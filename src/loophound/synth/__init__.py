@@ -20,10 +20,12 @@ from .hooks import write_hooks_log
 from .labtrust import write_labtrust_run
 from .otlp import write_otlp_traces
 from .sven import write_sven_store
+from .trajectory import write_trajectories
 
 __all__ = ["SECTIONS", "bproxy_full_incident", "write_bproxy_log", "write_claude_code_project",
            "write_clean_twins", "write_codex_sessions", "write_full_incident", "write_hooks_log",
-           "write_labtrust_run", "write_otlp_traces", "write_samples", "write_sven_store"]
+           "write_labtrust_run", "write_otlp_traces", "write_samples", "write_sven_store",
+           "write_trajectories"]
 
 Writer = Callable[..., dict[str, Any]]
 
@@ -38,6 +40,7 @@ SECTIONS: dict[str, Writer] = {
     "claude-code": write_claude_code_project,
     "codex": write_codex_sessions,
     "otlp": write_otlp_traces,
+    "trajectory": write_trajectories,
 }
 
 
