@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loophound import queries
+from loophound import formats, queries
 from loophound.attribute.costs import load_cost_model
 from loophound.ingest import ingest
 from loophound.report import build, fmt, gather, render
@@ -89,7 +89,8 @@ def _match(section: str, inc: dict, panels) -> list:
         elif kind == "tool_error_loop":
             ok = (f["detector"] == "repeated_error" and inc["actor"] in f["actors"]
                   and d.get("action") == inc["action"] and in_section)
-        elif kind in ("commit_rejected_by_hook", "subagent_reruns_failing_test"):
+        elif kind in ("commit_rejected_by_hook", "subagent_reruns_failing_test",
+                      "same_edit_not_verbatim", "same_failing_test"):
             ok = (f["detector"] == "repeated_error" and inc["actor"] in f["actors"]
                   and inc["session"] in f["sessions"] and d.get("action") == inc["action"]
                   and in_section)
@@ -105,7 +106,8 @@ DETECTOR_OF = {"dead_session_retry": "repeated_error", "blocked_repeat": "repeat
                "repair_loop": "repair_loop", "hook_cycle": "trigger_cycle",
                "commit_rejected_by_hook": "repeated_error",
                "subagent_reruns_failing_test": "repeated_error",
-               "handoff_loop": "ping_pong", "tool_error_loop": "repeated_error"}
+               "handoff_loop": "ping_pong", "tool_error_loop": "repeated_error",
+               "same_edit_not_verbatim": "repeated_error", "same_failing_test": "repeated_error"}
 
 
 @pytest.mark.parametrize("section,incident", _incidents(),
@@ -305,7 +307,14 @@ def test_timeline_is_aggregated_and_split_by_quiet_stretches(sample):
 
 
 def _line(path: Path, n: int) -> str:
+    """Line `n` of the file; of a file that is one JSON document (a trajectory), step `n`."""
     opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        data = fh.read()
+    fmt_ = formats.sniff(data[:65536], path)
+    if fmt_ is not None and fmt_.records is not None:
+        offset, length = fmt_.records(data)[n - 1]
+        return data[offset:offset + length].decode()
     with opener(path, "rb") as fh:
         for i, raw in enumerate(fh, 1):
             if i == n:
