@@ -182,6 +182,9 @@ def test_attribution_adds_up_to_the_whole_log(sample):
     rows = re.search(r'<section id="attribution".*?</section>', html, re.S).group(0)
     assert rows.count('<a href="#incident-I') == len(model.panels)
     assert "all its events are counted in" not in rows
+    # the storm of the log and of its trimmed copy read alike: each row says which file
+    assert re.search(r'in</span> <code[^>]*>[^<]*bproxy-trimmed/2026-06-18\.log</code>', rows)
+    assert re.search(r'in</span> <code[^>]*>[^<]*/bproxy/2026-06-18\.log</code>', rows)
 
 
 def test_incidents_of_the_report_are_the_findings_json_incidents(sample):

@@ -3,6 +3,8 @@ background, and the total."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .. import fmt
 from ..html import Charts
 from ..model import Figures, Report
@@ -23,11 +25,26 @@ def _row(name: str, sev: str, x: Figures, own: Figures | None) -> list[str]:
             fmt.esc(fmt.money(timing.usd_per_day, "–")) if own else ""]
 
 
+def _where(p) -> str:
+    """The file the loop's primary finding points at (its name's end, where logs differ) and
+    when the loop began."""
+    files = list(dict.fromkeys(e.file for e in p.evidence)) or p.incident.get("files") or []
+    out = ""
+    if files:
+        tail = files[0] if len(files[0]) <= 70 else "…" + files[0][-69:]
+        out += (f' <span class="hint">in</span> <code title="{fmt.esc(files[0])}">'
+                f"{fmt.esc(tail)}</code>")
+    return out + f' <span class="hint">from {fmt.esc(fmt.when(p.incident["start"]))}</span>'
+
+
 def render(r: Report, charts: Charts) -> str:
     rows = []
+    titles = Counter(p.incident["title"] for p in r.panels)
     for p in r.panels:
         title = fmt.rich(fmt.short(p.incident["title"], 110))
         name = f"{incident_link(p.label)} {title}"
+        if titles[p.incident["title"]] > 1:  # two loops that read alike: where, and when
+            name += _where(p)
         seen = list(dict.fromkeys(s["detector"] for s in p.signals))
         if seen:
             name += f' <span class="hint">(also seen as {fmt.esc(", ".join(seen))})</span>'
