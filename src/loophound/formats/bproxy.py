@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 
 from .base import (
     Format,
@@ -131,77 +133,79 @@ SLACK_MS = 1
 TOLERANCE_MS = 1000
 LOOKBACK_MS = 600_000  # how far before a batch a stored request is looked for
 _ANSWERING = "('response', 'lifecycle')"
+_NO_TIME = -(1 << 62)
 
 
 def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     """Join each line without a request id to its request (`corr_id` 'L' + the request's
-    line), by what the lines carry, in one ASOF join (sorts: O(n log n)), never a look-up per
-    line: the nearest request at or before t − e + SLACK_MS (for a line without `elapsed_ms`,
-    at or before its own time), in the same file, of the same caller (actor, or the process
-    when the line names no owner) and, when the line names one, session; ties go to the later
-    line. Without such a request within TOLERANCE_MS, the nearest request of the file by
-    that time; without that, the `received` line before it (the trimmed form's only clue).
-    Requests answered in an earlier batch are looked for among the stored ones, within
-    LOOKBACK_MS before this batch."""
+    line) by what the lines carry, with sorts and binary searches (O(n log n)), never a
+    look-up per line: the nearest request at or before t − e + SLACK_MS (for a line without
+    `elapsed_ms`, at or before its own time), in the same file, of the same caller (actor, or
+    the process when the line names no owner) and, when the line names one, session; of equal
+    times the later line. Without such a request within TOLERANCE_MS, the nearest request of
+    the file by that time; without that, the `received` line before it (the trimmed form's
+    only clue). Requests answered in an earlier batch are looked for among the stored ones,
+    within LOOKBACK_MS before this batch."""
     if not con.execute("""SELECT count(*) FROM batch WHERE corr_id IS NULL
-                           AND kind IN ('request', 'response', 'lifecycle')""").fetchall()[0][0]:
+                          AND kind IN ('request', 'response', 'lifecycle')""").fetchall()[0][0]:
         return
-    # each id-less answer: where to look (`pos`: time × 2^32 + line) and by which key
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _probe AS
-        SELECT event_id >> 32 AS input, line, CAST(epoch_ms(ts) AS BIGINT) AS t,
-          CASE WHEN latency_ms >= 0 AND latency_ms < 1e12
-               THEN CAST(floor(epoch_ms(ts) - latency_ms) AS BIGINT) + {SLACK_MS} END AS target,
-          CASE WHEN actor IS NOT NULL THEN 'a' WHEN parent_id IS NOT NULL THEN 'p' ELSE '' END
-            AS who_kind,
-          coalesce('a' || actor, 'p' || parent_id, '') || '|' || coalesce(session, '') AS key,
-          session IS NOT NULL AS has_session
-        FROM batch WHERE corr_id IS NULL AND kind IN {_ANSWERING}""")
-    levels = con.execute("SELECT DISTINCT who_kind, has_session FROM _probe").fetchall()
+    key = "coalesce('a' || actor, 'p' || parent_id, '') || '|' || coalesce(session, '')"
+    timed = "latency_ms >= 0 AND latency_ms < 1e12 AND ts IS NOT NULL"
+    probe = con.execute(f"""SELECT event_id, line, hash(event_id >> 32, {key}) AS k,
+          hash(event_id >> 32, '|') AS anyone, coalesce({timed}, false) AS timed,
+          coalesce(CASE WHEN {timed} THEN CAST(floor(epoch_ms(ts) - latency_ms) AS BIGINT)
+                   + {SLACK_MS} END, CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS at
+        FROM batch WHERE corr_id IS NULL AND kind IN {_ANSWERING}""").fetchnumpy()
+    if not len(probe["line"]):  # only requests: each is its own
+        con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
+                    "AND kind = 'request'")
+        return
+    levels = con.execute(f"""SELECT DISTINCT CASE WHEN actor IS NOT NULL THEN 'a'
+          WHEN parent_id IS NOT NULL THEN 'p' ELSE '' END, session IS NOT NULL
+        FROM batch WHERE corr_id IS NULL AND kind IN {_ANSWERING}""").fetchall()
     who = {"a": "'a' || actor", "p": "'p' || split_part(actor, ':', 1)", "": "''"}
     keys = sorted({f"{who[w]} || '|' || {'session' if s else chr(39) * 2}" for w, s in levels}
                   | {"'|'"})
-    requests = """SELECT event_id >> 32 AS input, line, CAST(epoch_ms(ts) AS BIGINT) AS t, actor,
-                         session FROM {src}
-                  WHERE kind = 'request' AND ts IS NOT NULL
-                    AND (corr_id IS NULL OR corr_id = 'L' || line){cond}"""
+    requests = """SELECT event_id >> 32 AS input, line, CAST(epoch_ms(ts) AS BIGINT) AS t,
+                         actor, session FROM {src}
+                  WHERE kind = 'request' AND (corr_id IS NULL OR corr_id = 'L' || line){cond}"""
     sources = [requests.format(src="batch", cond="")]
-    lo, first_request, first = con.execute(f"""SELECT min(coalesce(target, t)) - {TOLERANCE_MS},
-        (SELECT min(epoch_ms(ts)) FROM batch WHERE kind = 'request'),
-        (SELECT min(epoch_ms(ts)) FROM batch) FROM _probe""").fetchall()[0]
-    if lo is not None and (first_request is None or lo < first_request):
+    times = probe["at"][probe["at"] != _NO_TIME]
+    first_request, first = con.execute("""SELECT min(epoch_ms(ts)) FILTER (kind = 'request'),
+                                          min(epoch_ms(ts)) FROM batch""").fetchall()[0]
+    if len(times) and (first_request is None or times.min() - TOLERANCE_MS < first_request):
         # an answer whose request may be in an earlier batch (a 30 s timeout)
-        since = max(lo, first - LOOKBACK_MS)
-        sources.append(requests.format(
-            src="recent_stored_events",
-            cond=f" AND ts >= make_timestamp({int(since)} * 1000)"))
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _requests AS
-        SELECT input, line, t, CAST(t AS HUGEINT) * 4294967296 + line AS pos, key
+        since = max(int(times.min()) - TOLERANCE_MS, first - LOOKBACK_MS)
+        sources.append(requests.format(src="recent_stored_events",
+                                       cond=f" AND ts >= make_timestamp({since} * 1000)"))
+    req = con.execute(f"""SELECT line, coalesce(t, {_NO_TIME}) AS t, hash(input, key) AS k
         FROM (SELECT *, unnest([{', '.join(keys)}]) AS key FROM ({' UNION ALL '.join(sources)}))
-        WHERE key IS NOT NULL""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _answer AS
-        SELECT p.input, p.line,
-          coalesce(CASE WHEN p.target IS NULL OR m.t >= p.target - {TOLERANCE_MS} THEN m.line END,
-                   CASE WHEN p.target IS NULL OR f.t >= p.target - {TOLERANCE_MS} THEN f.line END)
-            AS request
-        FROM (SELECT *, CAST(coalesce(target, t) AS HUGEINT) * 4294967296 + line AS pos,
-                     '|' AS anyone FROM _probe) p
-        ASOF LEFT JOIN _requests m ON p.input = m.input AND p.key = m.key AND p.pos >= m.pos
-        ASOF LEFT JOIN _requests f ON p.input = f.input AND p.anyone = f.key AND p.pos >= f.pos""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE batch AS
-        SELECT b.* REPLACE (CASE
-          WHEN b.corr_id IS NOT NULL OR b.kind NOT IN ('request', 'response', 'lifecycle')
-          THEN b.corr_id
-          WHEN b.kind = 'request' THEN 'L' || b.line
-          ELSE 'L' || CAST(coalesce(a.request, max(CASE WHEN b.kind = 'request' THEN b.line END)
-                 OVER (PARTITION BY b.event_id >> 32 ORDER BY b.line ROWS UNBOUNDED PRECEDING))
-               AS VARCHAR) END AS corr_id,
-          CASE WHEN b.corr_id IS NULL AND b.kind IN {_ANSWERING} THEN NULL ELSE b.parent_id END
-            AS parent_id)
-        FROM batch b LEFT JOIN _answer a ON a.input = b.event_id >> 32 AND a.line = b.line
-        ORDER BY b.event_id""")
+        WHERE key IS NOT NULL""").fetchnumpy()
+    clocked = req["t"] != _NO_TIME
+    rk, rt, rl = req["k"][clocked], req["t"][clocked], req["line"][clocked]
+    at, line = probe["at"], probe["line"]
+    near = np.where(probe["timed"], at - TOLERANCE_MS, _NO_TIME)  # how far back t − e may be
+    found = np.full(len(line), -1, dtype=np.int64)
+    for pk in (probe["k"], probe["anyone"]):  # the caller's request, then anyone's
+        i = _last_at_or_before(rk, rt, rl, pk, at)
+        hit = (found < 0) & (i >= 0) & (rt[np.maximum(i, 0)] >= near) & (at != _NO_TIME)
+        found[hit] = rl[i[hit]]
+    rk, rl = req["k"], req["line"]
+    i = _last_at_or_before(rk, rl, rl, probe["anyone"], line)  # the request line before
+    hit = (found < 0) & (i >= 0)
+    found[hit] = rl[i[hit]]
+    con.register("_answer", pa.table({"event_id": probe["event_id"], "request": found}))
+    try:
+        con.execute(f"""
+            UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL AND kind = 'request';
+            UPDATE batch SET corr_id = 'L' || a.request FROM _answer a
+            WHERE batch.event_id = a.event_id AND a.request >= 0;
+            UPDATE batch SET parent_id = NULL
+            WHERE parent_id IS NOT NULL AND kind IN {_ANSWERING};""")
+    finally:
+        con.unregister("_answer")
     # what nothing in this batch places goes with the last request stored before it
-    if con.execute(f"SELECT count(*) FROM batch WHERE corr_id IS NULL AND kind IN {_ANSWERING}"
-                   ).fetchall()[0][0]:
+    if (found < 0).any():
         before = None  # in the newest batches, unless there is none
         for view in ("recent_stored_events", "stored_events"):
             before = con.execute(f"SELECT max(line) FROM {view} WHERE kind = 'request'"
@@ -211,6 +215,28 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
         if before is not None:
             con.execute(f"UPDATE batch SET corr_id = 'L' || {int(before)} "
                         f"WHERE corr_id IS NULL AND kind IN {_ANSWERING}")
+
+
+def _last_at_or_before(rk: np.ndarray, rt: np.ndarray, rl: np.ndarray, pk: np.ndarray,
+                       pt: np.ndarray) -> np.ndarray:
+    """For each probe (key `pk`, position `pt`), the index of the request with the same key
+    (`rk`) and the greatest (position `rt`, line `rl`) with `rt` ≤ `pt`; -1 where none. One
+    sort of the requests and a binary search per probe."""
+    if not len(rk):
+        return np.full(len(pk), -1, dtype=np.int64)
+    ukeys, rank = np.unique(rk, return_inverse=True)
+    base = int(rt.min())
+    span = (1 << 40) - 1  # positions relative to the earliest: 35 years of ms, or lines
+    combined = (rank.astype(np.int64) << 40) | np.clip(rt - base, 0, span)
+    order = np.lexsort((rl, combined))
+    combined = combined[order]
+    slot = np.minimum(np.searchsorted(ukeys, pk), len(ukeys) - 1)
+    same = ukeys[slot] == pk
+    wanted = (slot.astype(np.int64) << 40) + np.clip(pt - base, -1, span)
+    at = np.searchsorted(combined, wanted, side="right") - 1
+    ok = same & (at >= 0)
+    ok[ok] = (combined[at[ok]] >> 40) == slot[ok]
+    return np.where(ok, order[np.maximum(at, 0)], -1)
 
 
 # What detectors may know of bproxy (log-formats §2.4): its own pacing before it answers,
