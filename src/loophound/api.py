@@ -136,7 +136,8 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
          on_wait: Callable[[], None] | None = None,
          on_ingest: Callable[[IngestReport], None] | None = None,
          incremental: bool = False, alert_on: str = "high",
-         lookback: dt.timedelta = dt.timedelta(hours=1)) -> ScanResult | None:
+         lookback: dt.timedelta = dt.timedelta(hours=1), format: str | None = None,  # noqa: A002
+         mapping: dict | None = None) -> ScanResult | None:
     """Ingest `paths` (if any), then detect and attribute, and save the run: in the store,
     or, for a store that may not be written, in `save_to` (default a new temporary folder;
     `result.saved_in` says where). A store being written by another process is waited for.
@@ -154,7 +155,8 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
                           save_to=Path(save_to) if save_to else None)
     with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
         if paths:
-            report = ingest(paths, s, wait=wait, on_wait=on_wait)
+            report = ingest(paths, s, format=format, mapping=mapping, wait=wait,
+                            on_wait=on_wait)
             if on_ingest:
                 on_ingest(report)
         s = _existing(s)
@@ -215,7 +217,8 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 config: PathLike | None = None, settings: Sequence[str] = (),
                 prices: PathLike | None = None, cost_per_call: float | None = None,
                 on_ingest: Callable[[IngestReport], None] | None = None,
-                step: Callable[[str], Any] | None = None) -> Investigation:
+                step: Callable[[str], Any] | None = None, format: str | None = None,  # noqa: A002
+                mapping: dict | None = None) -> Investigation:
     """Ingest, scan and report in one go. Without `store`, a temporary store holds exactly
     `paths` and is removed at the end. With a `store` and no `paths`, the store as it is."""
     from contextlib import nullcontext
@@ -231,7 +234,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
         ingested = None
         if paths:
             with step("reading the logs"):
-                ingested = ingest(paths, store)
+                ingested = ingest(paths, store, format=format, mapping=mapping)
             if on_ingest:
                 on_ingest(ingested)
         with step("detecting loops and attributing cost"):

@@ -20,7 +20,9 @@ from .commands.shell import (
     ConfigOpt,
     FindingsDirOpt,
     FindingsListOpt,
+    FormatOpt,
     LookbackOpt,
+    MappingOpt,
     NoWaitOpt,
     PricesOpt,
     SetOpt,
@@ -185,6 +187,8 @@ def scan_cmd(
     cost_per_call: CallCostOpt = None,
     findings_dir: FindingsDirOpt = None,
     list_findings: FindingsListOpt = False,
+    fmt: FormatOpt = None,
+    mapping: MappingOpt = None,
 ) -> None:
     """Run every detector over the store (ingesting PATHs first) and keep the findings.
 
@@ -217,7 +221,7 @@ def scan_cmd(
              "its store")
     result, _ = scan_store_cmd(paths or [], store, config, set_ or [], prices, cost_per_call,
                       quiet=json_out is not None and str(json_out) == "-", wait=not no_wait,
-                      save_to=findings_dir)
+                      save_to=findings_dir, fmt=fmt, mapping=mapping)
     write_json(result.document, json_out)
     if json_out is None or str(json_out) != "-":
         print_summary(result.document, findings=list_findings)

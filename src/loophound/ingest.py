@@ -9,6 +9,7 @@ row; every file gets a SHA-256, a size and a line count.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import glob
 import hashlib
@@ -245,6 +246,11 @@ class _CatalogCache:
             self.next = {t: con.execute(f"SELECT coalesce(max({c}), 0) + 1 FROM {t}").fetchall()[0][0]
                          for t, c in (("inputs", "input_id"), ("batches", "batch_id"))}
             self.files_of = _events_files_by_input(con, store)
+            # the mapping each input was read with (none: the format's own, or guessed)
+            has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
+                              "current_database() AND table_name = 'readings'").fetchall()[0][0]
+            self.readings: dict[int, str] = dict(con.execute(
+                "SELECT input_id, mapping FROM readings").fetchall()) if has else {}
 
     @property
     def known(self) -> list[Known]:
@@ -361,6 +367,10 @@ def ingest(
             if on_progress:
                 on_progress(done, total)
         group.flush()
+        if options.mapping is not None:  # a later plain ingest reads their new lines alike
+            store.record_readings([f.path for f in report.files
+                                   if f.status in ("new", "appended", "renamed")],
+                                  mapping_text(options.mapping))
         store.record_skipped(
             [(f.path, f.skipped_reason or "") for f in report.files
              if f.status == "skipped" and not (f.skipped_reason or "").startswith(NOT_A_LOG)],
@@ -391,6 +401,15 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
     if fmt.records is not None:  # one JSON document, not lines: known by its path alone
         _ingest_document(path, shown, store, fmt, options, rep, progress)
         return rep
+    if known is not None:
+        stored = _cache(store).readings.get(known.input_id)
+        if (forced is not None and forced.name != known.format) or (
+                options.mapping is not None and mapping_text(options.mapping) != stored):
+            # read before another way: its events are those of the new reading, never both
+            _read_again(path, shown, store, fmt, known, options, rep, progress, head)
+            return rep
+        if options.mapping is None and stored is not None:  # new lines as the old ones
+            options = dataclasses.replace(options, mapping=json.loads(stored))
     if known is not None and _unchanged(path, known):
         rep.status, rep.sha256, rep.lines = "unchanged", known.sha256, known.lines
         return rep
@@ -398,6 +417,29 @@ def _ingest_file(path: Path, shown: str, store: Store, forced: Format | None,
         return rep
     _read_file(path, shown, store, fmt, known, options, rep, progress, head, group)
     return rep
+
+
+def mapping_text(mapping: dict | None) -> str | None:
+    """A mapping as the catalog keeps it: canonical JSON (so the same mapping compares equal)."""
+    return None if mapping is None else json.dumps(mapping, sort_keys=True, default=str)
+
+
+def _read_again(path: Path, shown: str, store: Store, fmt: Format, known: Known,
+                options: IngestOptions, rep: FileReport, progress, head: bytes) -> None:
+    """Read a known input whole again with another format or mapping, replacing it: the
+    catalog keeps what it was read with, so the next plain ingest continues the same way."""
+    try:
+        _read_into_store(path, shown, store, fmt, None, options, rep, progress, head,
+                         replacing=known)
+    except (OSError, EOFError) as exc:
+        rep.warnings.append(f"stopped reading: {exc}; what was read before is kept")
+        return
+    rep.status = "replaced"
+    rep.warnings.append(f"read again with {'the mapping given' if options.mapping else ''}"
+                        f"{' and ' if options.mapping and fmt.name != known.format else ''}"
+                        f"{'format ' + fmt.name if fmt.name != known.format else ''}: its "
+                        f"earlier {known.lines:,} lines' events were replaced")
+    store.record_reading(known.input_id, fmt.name, mapping_text(options.mapping))
 
 
 def _read_file(path: Path, shown: str, store: Store, fmt: Format, known: Known | None,
@@ -637,8 +679,11 @@ def _ingest_companion(path: Path, shown: str, store: Store, fmt: Format) -> File
 
 
 def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: Known | None,
-                     options: IngestOptions, rep: FileReport, progress, head: bytes) -> None:
-    """`head` is the file's first bytes, read once for sniffing: they identify it next time."""
+                     options: IngestOptions, rep: FileReport, progress, head: bytes,
+                     replacing: Known | None = None) -> None:
+    """`head` is the file's first bytes, read once for sniffing: they identify it next time.
+    `replacing`: an input read before with another format or mapping, read again whole in
+    its place (its earlier events and quarantine go in the same commit)."""
     compressed = compression_of(path) is not None
     with open_binary(path) as stream:
         hasher, state, tail_before = Sha256(), ReadState(), b""
@@ -653,7 +698,8 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
             else:
                 hasher, tail_before = resumed
                 state = ReadState(next_line=known.lines + 1, next_offset=known.bytes)
-        input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
+        input_id = (known.input_id if known else replacing.input_id if replacing
+                    else _next_id(store, "inputs", "input_id"))
         ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
                             options={"mapping": options.mapping} if options.mapping else {})
         con = db.scratch()
@@ -745,7 +791,8 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 first_offset=first_offset, compressed=compressed, batch_id=batch_id,
                 range_sha=range_hash.hexdigest() if first_offset else digest,
                 events_file=sink.relative if events else None, events=events,
-                sha_state=hasher.state(), tail=bytes(recent), ts_range=ts_range)
+                sha_state=hasher.state(), tail=bytes(recent), ts_range=ts_range,
+                replace=replacing is not None)
         con.close()
 
 
@@ -1458,6 +1505,7 @@ def _commit(store: Store, con: duckdb.DuckDBPyConnection, path: Path, shown: str
                     "SELECT events_file, quarantine_file FROM batches WHERE input_id = ?",
                     [input_id]).fetchall() for f in files if f]
                 cat.execute("DELETE FROM batches WHERE input_id = ?", [input_id])
+                cat.execute("DELETE FROM outcomes WHERE event_id >> 32 = ?", [input_id])
                 # a file other inputs' batches share stays (a group's: never a companion's)
                 replaced = [f for f in replaced if not cat.execute(
                     "SELECT count(*) FROM batches WHERE events_file = $f OR quarantine_file = $f",

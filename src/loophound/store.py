@@ -100,6 +100,9 @@ ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS run_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS inputs_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS outcomes_file VARCHAR;
 ALTER TABLE findings_runs ADD COLUMN IF NOT EXISTS skipped_file VARCHAR;
+-- the mapping each input was read with (`--mapping`): a later plain ingest reads its new lines
+-- the same way, and another mapping reads it again whole
+CREATE TABLE IF NOT EXISTS readings (input_id INTEGER PRIMARY KEY, format VARCHAR, mapping VARCHAR);
 -- files ingest passed over although they looked like logs: a verdict must name them
 CREATE TABLE IF NOT EXISTS skipped (path VARCHAR PRIMARY KEY, reason VARCHAR, seen TIMESTAMP);
 -- the outcome of a request whose response a later ingest read (events files are written once)
@@ -333,6 +336,20 @@ class Store:
                 SELECT input_id, (CAST(input_id AS BIGINT) << 32) + max(end_line)
                 FROM batches, last WHERE batch_id <= last.seen
                 GROUP BY input_id ORDER BY input_id""").fetchall()
+
+    def record_reading(self, input_id: int, format_name: str, mapping: str | None) -> None:
+        """Remember what an input was read with (its format and mapping text)."""
+        with self.catalog_connection() as con:
+            con.execute("INSERT OR REPLACE INTO readings VALUES (?, ?, ?)",
+                        [input_id, format_name, mapping])
+
+    def record_readings(self, display_paths: list[str], mapping: str | None) -> None:
+        """Remember the mapping the inputs shown by these names were read with."""
+        if not display_paths:
+            return
+        with self.catalog_connection() as con:
+            con.execute("INSERT OR REPLACE INTO readings SELECT input_id, format, ? FROM inputs "
+                        "WHERE list_contains(?, display_path)", [mapping, display_paths])
 
     def record_skipped(self, skipped: list[tuple[str, str]], read: list[str]) -> None:
         """Remember the files an ingest passed over although they looked like logs (path,

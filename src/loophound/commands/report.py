@@ -37,12 +37,15 @@ def register(app: typer.Typer) -> None:
         CallCostOpt,
         ConfigOpt,
         FindingsListOpt,
+        FormatOpt,
+        MappingOpt,
         PricesOpt,
         SetOpt,
         StoreOpt,
         err,
         exit_status,
         fail,
+        load_mapping_file,
         out,
         print_ingest_report,
         print_summary,
@@ -123,6 +126,8 @@ def register(app: typer.Typer) -> None:
                                              "severe: low, medium, high, critical or never.")]
         = "never",
         list_findings: FindingsListOpt = False,
+        fmt: FormatOpt = None,
+        mapping: MappingOpt = None,
     ) -> None:
         """Ingest PATHs, detect runaway loops, attribute their cost, write the HTML report.
 
@@ -148,7 +153,8 @@ def register(app: typer.Typer) -> None:
                                    generated_at=_when(generated_at), config=config,
                                    settings=set_ or [], prices=prices,
                                    cost_per_call=cost_per_call, on_ingest=show,
-                                   step=lambda text: step(text, spinner=text != "reading the logs"))
+                                   step=lambda text: step(text, spinner=text != "reading the logs"),
+                                   format=fmt, mapping=load_mapping_file(mapping))
         if done.scan.saved_in is not None:
             err.print(f"findings saved in {shown(done.scan.saved_in)} (the store is read-only evidence "
                       "and was not changed)", highlight=False)

@@ -153,10 +153,19 @@ def user_errors() -> Iterator[None]:
         fail(str(exc), exc.exit_code)
 
 
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", "-f", help="Read every file of PATHs as this format (see `loophound formats`); a "
+                           "file read before with another one is read again in its place.")]
+MappingOpt = Annotated[Path | None, typer.Option(
+    "--mapping", help="TOML file naming the fields of a JSONL format loophound does not know; "
+                      "a file read before with another mapping is read again in its place.")]
+
+
 def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: list[str],
           prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
           incremental: bool = False, wait: bool = True, alert_on: str = "high",
-          lookback_s: float = 3600.0, save_to: Path | None = None):
+          lookback_s: float = 3600.0, save_to: Path | None = None, fmt: str | None = None,
+          mapping: Path | None = None):
     """`api.scan`, printing what ingest read (unless `quiet`); errors become messages.
     Returns (ScanResult or None, IngestReport or None): None when `incremental` and nothing
     new arrived since the last scan."""
@@ -177,7 +186,8 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
         result = api.scan(store, paths, config=config, settings=set_ or [], prices=prices,
                           cost_per_call=cost_per_call, save_to=save_to, wait=wait,
                           on_wait=on_wait, on_ingest=on_ingest, incremental=incremental,
-                          alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s))
+                          alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s),
+                          format=fmt, mapping=load_mapping_file(mapping))
     if result is not None and result.saved_in is not None and not quiet:
         err.print(f"findings saved in {shown(result.saved_in)} (the store "
                   f"{shown(store)} is read-only evidence and was not changed); "
