@@ -131,3 +131,19 @@ def test_a_request_id_may_be_a_number(tmp_path):
     got = store.connect().execute(
         "SELECT line, corr_id, error FROM requests ORDER BY line").fetchall()
     assert got == [(1, "17", "X"), (2, "18", None)]
+
+
+def test_args_and_result_objects_are_columns_not_unknown_keys(tmp_path):
+    log = tmp_path / "d.log"
+    log.write_text(_line(0, event="received", action="scroll", session="s1", ownerHash="a",
+                         args={"scroll": {"by": {"dy": 600}}})
+                   + _line(40, event="response", ok=True, elapsed_ms=40, ownerHash="a",
+                           result={"data": {"scrolled": 600}}))
+    store = Store(tmp_path / "st")
+    report = ingest([str(log)], store)
+    assert not any("does not know" in w for w in report.files[0].warnings)
+    rows = store.connect().execute(
+        "SELECT args, result, extra FROM events ORDER BY line").fetchall()
+    assert json.loads(rows[0][0]) == {"scroll": {"by": {"dy": 600}}}
+    assert json.loads(rows[1][1]) == {"data": {"scrolled": 600}}
+    assert all("args" not in (e or "") and "result" not in (e or "") for _, _, e in rows)

@@ -7,6 +7,8 @@ daemon that does not log them) is joined by what its lines do carry: a response 
 that took `elapsed_ms` e answers the request received at t − e by the same caller (see
 `_correlate_idless`); only a line that nothing else places goes with the `received` line before
 it. Actors are `pid:ownerHash`, because the owner hash is salted afresh at every daemon restart.
+A log that carries a command's `args` and `result` objects has them in those columns (JSON
+text, the result's first 4 KiB), not in `extra`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ FIELDS = {
     "time": "BIGINT", "pid": "BIGINT", "action": "VARCHAR",
     "session": "VARCHAR", "event": "VARCHAR", "ownerHash": "VARCHAR", "ok": "BOOLEAN",
     "elapsed_ms": "DOUBLE", "error_code": "VARCHAR", "ws_client": "VARCHAR",
-} | {k: "VARCHAR" for k in ID_KEYS}
+} | {k: "VARCHAR" for k in ID_KEYS} | {
+    # a daemon that logs a command's arguments and result (bproxy itself does not): the
+    # canonical `args` and `result`, which say whether a repeated call is the same call
+    "args": "JSON", "result": "JSON",
+}
 KNOWN = {"level", "hostname", "destructive", "delay_ms", "tab", "mode", "reason", "err", "msg"}
 EVENTS = {
     "received": "request", "response": "response", "pacing_wait": "lifecycle",
@@ -66,6 +72,7 @@ def select_sql(ctx: FormatContext) -> str:
       'bproxy' AS target,
       r.session, r.action, r.ok, r.error_code AS error, {request_id} AS corr_id,
       r.elapsed_ms AS latency_ms,
+      CAST(r.args AS VARCHAR) AS args, left(CAST(r.result AS VARCHAR), 4096) AS result,
       -- a line without a request id keeps its process here until `finish` has placed it
       CASE WHEN {request_id} IS NULL AND r.event IN ({answering}) THEN CAST(r.pid AS VARCHAR)
       END AS parent_id,
