@@ -311,19 +311,21 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
     extra = "".join(f", {EXPRESSIONS.get(c, 'e.' + c)} AS {c}" for c in fields)
     # read as stored, then put in time order here: a sort in numpy of four integer keys is
     # cheaper than DuckDB's of the rows with their text
-    table = con.sql(f"""SELECT e.event_id, epoch_ms(e.ts) AS t, e.file, e.kind, e.line,
+    table = con.sql(f"""SELECT e.event_id, epoch_ms(e.ts) AS t, e.kind, e.line,
         e.byte_length, e.answers, {EXPRESSIONS['tokens']} AS tokens,
         {EXPRESSIONS['cost_usd']} AS cost_usd {extra}
         FROM events e LEFT JOIN {costs} f USING (event_id)""").to_arrow_table()
     n = table.num_rows
     stored_ids = table["event_id"].to_numpy().astype(np.int64)
     t_stored = table["t"].fill_null(NO_TIME).to_numpy().astype(np.int64)
-    files = _column(table["file"], "file")
-    rank = np.empty(len(files.values), dtype=np.int64)  # file names in order, none last
-    rank[sorted(range(len(files.values)), key=lambda i: (files.values[i] is None,
-                                                         files.values[i] or ""))] = \
-        np.arange(len(files.values))
-    order = np.lexsort((stored_ids, table["line"].to_numpy(), rank[files.codes],
+    # an input is one file: its events' file names ranked through their input numbers
+    inputs = con.execute("SELECT DISTINCT event_id >> 32, file FROM events").fetchall()
+    ranked = sorted(inputs, key=lambda r: (r[1] is None, r[1] or "", r[0]))
+    number = np.array([r[0] for r in ranked], dtype=np.int64)
+    by_input = np.argsort(number)
+    input_of = stored_ids >> 32
+    rank = by_input[np.searchsorted(number[by_input], input_of)]
+    order = np.lexsort((stored_ids, table["line"].to_numpy(), rank,
                         np.where(t_stored == NO_TIME, np.iinfo(np.int64).max, t_stored)))
     ids = stored_ids[order]
     by_id = np.argsort(ids, kind="stable")

@@ -507,8 +507,14 @@ def replay_group(m: Machine, positions: Sequence[int], times: Sequence[int],
     Appends the refused positions to `blocked`, a stretch at a time (slices of `positions`);
     returns the trips."""
     decide, until = m.decide, m.until
-    search = (lambda value, lo: lo + int(times[lo:].searchsorted(value))) \
-        if hasattr(times, "searchsorted") else (lambda value, lo: bisect_left(times, value, lo))
+    def search(value: float, lo: int) -> int:
+        """The first index from `lo` whose time is at or after `value`."""
+        if value == math.inf:
+            return n
+        if hasattr(times, "searchsorted"):  # numpy: search for an integer, not a float
+            return lo + int(times[lo:].searchsorted(math.ceil(value)))
+        return bisect_left(times, value, lo)
+
     i, n, trips, refusing = 0, len(positions), 0, False
     while i < n:
         ev = event(int(positions[i]))
