@@ -248,3 +248,117 @@ def test_repeated_message_severity_and_the_periodic_status_post():
     assert rm.judge(_repetition(count=24, gap_s=600, tokens=900), p) is Severity.MEDIUM
     f = rm.describe(_repetition(), Severity.HIGH, p)
     assert f.sessions == ["room:general"] and "stop_hook_active" in f.recommendation
+
+
+# --- on the sample logs: every planted stuck loop found, decoys and clean twins quiet ------------
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from loophound.attribute.costs import DEFAULT_COST_PER_CALL  # noqa: E402
+from loophound.cli import app  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+EXPECTED = json.loads((SAMPLES / "EXPECTED.json").read_text())
+STUCK = ("repeated_action", "alternating_action", "repeated_message")
+SERIOUS = ("high", "critical")
+SECTIONS = ("bproxy", "sven", "claude-code", "codex")  # where this change planted loops
+PLANTED = [(name, i) for name in SECTIONS for i in EXPECTED["sections"][name]["incidents"]
+           if i.get("detector") in STUCK]
+DECOYS = [(name, h) for name in SECTIONS for h in EXPECTED["sections"][name]["healthy"]]
+
+
+def _scan(paths: list[Path], out: Path) -> dict:
+    CliRunner().invoke(app, ["scan", *map(str, paths), "--store", str(out / "st"),
+                             "--json", str(out / "f.json"), "--fail-on", "never"])
+    return json.loads((out / "f.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def samples_scanned(tmp_path_factory) -> dict:
+    return _scan([SAMPLES / s for s in SECTIONS], tmp_path_factory.mktemp("stuck"))
+
+
+def _count(incident: dict) -> int:
+    return next(incident[k] for k in ("requests", "posts", "messages", "count", "repeats")
+                if isinstance(incident.get(k), int))
+
+
+def _in(finding: dict, section: str, incident: dict) -> bool:
+    """The finding's evidence is in the loop's file (its section's when the key names none)."""
+    file = incident.get("file")
+    ends = [f"{section}/{file}"] if file else [f"{section}/{f}" for f in
+                                               EXPECTED["sections"][section]["lines"]]
+    return any(e["file"].endswith(x) for e in finding["evidence"] for x in ends)
+
+
+def test_loops_of_each_kind_are_planted_in_three_formats_a_seed_format_among_them():
+    formats = {EXPECTED["sections"][name]["format"] for name, _ in PLANTED}
+    assert len(formats) >= 3 and formats & {"bproxy", "sven", "hooks", "labtrust"}
+    for detector in STUCK:
+        assert len({n for n, i in PLANTED if i["detector"] == detector}) >= 2, detector
+
+
+@pytest.mark.parametrize("section, incident", [pytest.param(n, i, id=f"{n}:{i['kind']}")
+                                               for n, i in PLANTED])
+def test_a_planted_stuck_loop_is_found_with_its_actor_session_count_and_cost(
+        samples_scanned, section, incident):
+    hits = [f for f in samples_scanned["findings"] if f["detector"] == incident["detector"]
+            and incident["actor"] in f["actors"] and _in(f, section, incident)
+            and incident["session"] in f["sessions"]]
+    assert len(hits) == 1, [(f["title"], f["sessions"]) for f in hits]
+    f = hits[0]
+    want = _count(incident)
+    assert abs(f["events"] - want) <= 0.02 * want, (f["events"], want)
+    assert f["severity"] in SERIOUS, f["title"]
+    assert f["cost_usd"] and f["cost_usd"] > 0
+    if "tokens" in incident:  # the agent's turns over the loop, as the generator counted them
+        assert f["tokens"] == incident["tokens"]
+    if "assumed_calls" in incident:  # no tokens in the log: the per-call assumption
+        assert f["cost_usd"] == pytest.approx(incident["assumed_calls"] * DEFAULT_COST_PER_CALL)
+
+
+@pytest.mark.parametrize("section, decoy", [pytest.param(n, h, id=f"{n}:{h['kind']}")
+                                            for n, h in DECOYS])
+def test_healthy_repetition_is_not_a_stuck_loop(samples_scanned, section, decoy):
+    """Polls that end, a health check a minute, a status post every ten minutes, a batch of
+    calls alike but for a number: none is a finding of the stuck-agent detectors."""
+    def about(f: dict) -> bool:
+        if decoy.get("actor") and decoy["actor"] not in f["actors"]:
+            return False
+        if decoy.get("session") and decoy["session"] not in f["sessions"]:
+            return False
+        if "first_line" in decoy and decoy.get("file"):
+            return any(e["file"].endswith(f"{section}/{decoy['file']}")
+                       and decoy["first_line"] <= e["line"] <= decoy["last_line"]
+                       for e in f["evidence"])
+        return bool(decoy.get("actor"))
+    assert [f["title"] for f in samples_scanned["findings"]
+            if f["detector"] in STUCK and about(f)] == []
+
+
+def test_clean_twins_give_the_stuck_detectors_nothing_serious(tmp_path):
+    from loophound.synth import SECTIONS as WRITERS
+
+    for name in SECTIONS:
+        WRITERS[name](tmp_path / "clean" / name, 7, incident=False)
+    doc = _scan([tmp_path / "clean"], tmp_path)
+    assert [f["title"] for f in doc["findings"] if f["detector"] in STUCK
+            and f["severity"] in SERIOUS] == []
+
+
+def test_the_stuck_bproxy_agents_are_where_the_answer_key_says():
+    sec = EXPECTED["sections"]["bproxy"]
+    records = [json.loads(x) for x in (SAMPLES / sec["dir"] / sec["file"]).read_text().splitlines()]
+    stuck = [i for i in sec["incidents"] if i.get("detector") in STUCK]
+    assert {i["kind"] for i in stuck} == {"stuck_poll", "wait_snapshot_cycle"}
+    for inc in stuck:
+        owner = inc["actor"].split(":")[1]
+        calls = [n for n, r in enumerate(records, 1) if r.get("event") == "received"
+                 and r.get("ownerHash") == owner and r.get("session") == inc["session"]
+                 and r["action"] in inc.get("cycle", [inc.get("action")])]
+        assert len(calls) == inc["requests"] == inc["assumed_calls"]
+        assert (calls[0], calls[-1]) == (inc["first_line"], inc["last_line"])

@@ -62,6 +62,11 @@ def _incidents() -> list[tuple[str, dict]]:
     return [(name, inc) for name, sec in EXPECTED["sections"].items() for inc in sec["incidents"]]
 
 
+STUCK = {"same_file_reread": "repeated_action", "stuck_poll": "repeated_action",
+         "wait_snapshot_cycle": "alternating_action", "restore_and_reedit": "alternating_action",
+         "bot_repeats_message": "repeated_message", "stop_hook_loop": "repeated_message"}
+
+
 def _match(section: str, inc: dict, panels) -> list:
     """The panels that name this incident of the answer key."""
     out = []
@@ -94,6 +99,10 @@ def _match(section: str, inc: dict, panels) -> list:
             ok = (f["detector"] == "repeated_error" and inc["actor"] in f["actors"]
                   and inc["session"] in f["sessions"] and d.get("action") == inc["action"]
                   and in_section)
+        elif kind in STUCK:  # a member of the incident (a ping-pong of one message may lead)
+            ok = in_section and any(
+                m["detector"] == STUCK[kind] and inc["actor"] in m["actors"]
+                and inc["session"] in m["sessions"] for m in p.members)
         else:
             raise AssertionError(f"answer key has an incident kind this test does not know: {kind}")
         if ok:
@@ -106,6 +115,7 @@ DETECTOR_OF = {"dead_session_retry": "repeated_error", "blocked_repeat": "repeat
                "repair_loop": "repair_loop", "hook_cycle": "trigger_cycle",
                "commit_rejected_by_hook": "repeated_error",
                "subagent_reruns_failing_test": "repeated_error",
+               **STUCK,  # the stuck agents' loops: the detector the answer key names
                "handoff_loop": "ping_pong", "tool_error_loop": "repeated_error",
                "same_edit_not_verbatim": "repeated_error", "same_failing_test": "repeated_error"}
 

@@ -31,7 +31,8 @@ Writer = Callable[..., dict[str, Any]]
 
 # sub-directory → how to write it; each writer takes (outdir, seed, incident=...)
 SECTIONS: dict[str, Writer] = {
-    "bproxy": write_bproxy_log,
+    "bproxy": lambda out, seed, incident: write_bproxy_log(  # with the stuck agents and decoys
+        out, seed, incident=incident, stuck=True),
     "bproxy-trimmed": lambda out, seed, incident: write_bproxy_log(
         out, seed, incident=incident, trimmed=True),
     "sven": write_sven_store,

@@ -10,15 +10,31 @@ import datetime as dt
 import hashlib
 import random
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 UTC = dt.UTC
+H = TypeVar("H")
 
 
 def stream(seed: int, name: str) -> random.Random:
     """An independent, reproducible random stream for one part of one scenario."""
     return random.Random(f"{seed}:{name}")
+
+
+@contextmanager
+def own_stream(holder: H, rng: random.Random) -> Iterator[H]:
+    """`holder` (a writer with an `rng`) drawing from `rng` for a while: what it writes then
+    leaves every other line of its log as it was (an addition to a scenario, a decoy in its
+    twin, does not reshuffle the ids and times drawn after it)."""
+    saved = holder.rng  # type: ignore[attr-defined]
+    holder.rng = rng  # type: ignore[attr-defined]
+    try:
+        yield holder
+    finally:
+        holder.rng = saved  # type: ignore[attr-defined]
 
 
 def uuid4(rng: random.Random) -> str:

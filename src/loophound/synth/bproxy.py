@@ -6,6 +6,14 @@ skips pacing, dispatch and the error delay. Around it: owners browsing at human 
 ordinary errors, an extension outage, and an agent that polls through the outage with
 exponential backoff and then stops (healthy, though it repeats an action after an error).
 
+With `stuck=True` (the sample logs), after the storm, two agents stuck while every call
+succeeds: one polls `tab.status` every ~2.5 s, 120 times, for a page load that never
+completes (a stuck poll); one goes round `wait` → `snapshot` 30 times, waiting for an element
+that never appears (an A-B-A-B loop). bproxy logs neither a command's arguments nor its
+result, so only the outcome (ok) and the fast, steady machine cadence tell them from healthy
+repetition, which is there too (in the clean twin as well): a poll of `tab.status` that stops
+after 8 tries and moves on, and a monitor listing tabs once a minute.
+
 Key order follows bproxy's `routes/command.ts`, `routes/ws.ts` and `server.ts`: pino's
 `level,time,pid,hostname`, then the object as the daemon builds it; undefined keys are omitted.
 """
@@ -20,7 +28,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ._common import hex_id, iso_ms, sha256_hex, stream, uuid4, write_lines
+from ._common import (
+    epoch_ms,
+    hex_id,
+    iso_ms,
+    own_stream,
+    sha256_hex,
+    stream,
+    uuid4,
+    write_lines,
+)
 
 CLOSE_MS = 1781826140544  # seed 001: `session.close` of 6afr3v (2026-06-18T23:42:20.544Z)
 STORM_START_MS = 1781826141514  # seed 001: the first scroll after the close
@@ -199,6 +216,90 @@ def _background(d: _Daemon, seed: int, start: int, end: int) -> list[Record]:
     return healthy
 
 
+# After the storm (its last line is at 23:44:23): the stuck agents and the healthy decoys
+STUCK_START_MS = CLOSE_MS + 2 * 60_000 + 20_000
+
+
+def _open_session(d: _Daemon, rng: random.Random, nick: str, t: int) -> tuple[str, int, int]:
+    """tab.open and session.bind (fast mode); returns (session, tab, time)."""
+    session, tab = _session_id(rng), rng.randint(1_843_050_000, 1_843_059_999)
+    t = d.request(t, nick, "tab.open", None)
+    return session, tab, d.bind(t + rng.randint(200, 600), nick, session, tab, "fast")
+
+
+def _loop(d: _Daemon, rng: random.Random, nick: str, session: str, tab: int, t: int,
+          actions: tuple[str, ...], rounds: int, sleep_ms: tuple[int, int]) -> tuple[int, int, int]:
+    """An agent's loop: each action in turn, `rounds` times, sleeping between a response and
+    the next call. Returns (first call, last call, time after the last response)."""
+    first = last = t
+    for i in range(rounds):
+        for j, action in enumerate(actions):
+            if i == 0 and j == 0:
+                first = t
+            last = t
+            t = d.request(t, nick, action, session, tab=tab) + rng.randint(*sleep_ms)
+    return first, last, t
+
+
+def _stuck_decoys(d: _Daemon, seed: int) -> list[Record]:
+    """Healthy repetition after the storm, in the incident and its twin alike: a poll that
+    ends after 8 tries, and a monitor listing tabs once a minute."""
+    healthy = []
+    with own_stream(d, stream(seed, "bproxy-decoys")) as dd:
+        rng = stream(seed, "bproxy-decoy-poll")
+        session, tab, t = _open_session(dd, rng, "pisub4", STUCK_START_MS + 45_000)
+        first, last, t = _loop(dd, rng, "pisub4", session, tab, t + 800, ("tab.status",), 8,
+                               (2_000, 2_200))
+        t = dd.request(t, "pisub4", "snapshot", session, tab=tab)
+        dd.request(t + rng.randint(1_000, 3_000), "pisub4", "click", session, tab=tab)
+        healthy.append({"kind": "poll_that_ends", "actor": dd.actor("pisub4"), "session": session,
+                        "action": "tab.status", "polls": 8, "start": iso_ms(first),
+                        "end": iso_ms(last), "loop": False})
+        rng = stream(seed, "bproxy-decoy-monitor")
+        t, checks = STUCK_START_MS + 5_000, 0
+        while t < CLOSE_MS + 13 * 60_000:
+            dd.request(t, "uptime", "tab.list", None)
+            t, checks = t + 60_000 + rng.randint(-400, 400), checks + 1
+        healthy.append({"kind": "health_check", "actor": dd.actor("uptime"), "action": "tab.list",
+                        "every_s": 60, "count": checks, "loop": False})
+    return healthy
+
+
+def _stuck_agents(d: _Daemon, seed: int) -> list[Record]:
+    """Two agents stuck while every call succeeds: a poll that never ends, a wait-snapshot
+    cycle. Returns their answer-key entries (lines are added once the log is written)."""
+    out = []
+    with own_stream(d, stream(seed, "bproxy-stuck")) as dd:
+        rng = stream(seed, "bproxy-stuck-poll")
+        session, tab, t = _open_session(dd, rng, "pisub2", STUCK_START_MS)
+        polls = 120
+        first, last, _ = _loop(dd, rng, "pisub2", session, tab, t + 700, ("tab.status",), polls,
+                               (2_000, 2_200))
+        out.append({"kind": "stuck_poll", "actor": dd.actor("pisub2"), "session": session,
+                    "action": "tab.status", "requests": polls, "assumed_calls": polls,
+                    "start": iso_ms(first), "end": iso_ms(last), "detector": "repeated_action",
+                    "loop": True})
+        rng = stream(seed, "bproxy-stuck-cycle")
+        session, tab, t = _open_session(dd, rng, "pisub3", STUCK_START_MS + 25_000)
+        t = dd.request(t + 900, "pisub3", "navigate", session, tab=tab)
+        rounds = 30
+        first, last, _ = _loop(dd, rng, "pisub3", session, tab, t + 1_500, ("wait", "snapshot"),
+                               rounds, (600, 750))
+        out.append({"kind": "wait_snapshot_cycle", "actor": dd.actor("pisub3"), "session": session,
+                    "cycle": ["wait", "snapshot"], "requests": 2 * rounds, "rounds": rounds,
+                    "assumed_calls": 2 * rounds, "start": iso_ms(first), "end": iso_ms(last),
+                    "detector": "alternating_action", "loop": True})
+    return out
+
+
+def _lines_of(records: list[Record], entry: Record) -> None:
+    """First and last line of an answer-key entry's requests (by session and time)."""
+    lo, hi = epoch_ms(entry["start"]), epoch_ms(entry["end"])
+    hits = [i for i, r in enumerate(records, 1) if r.get("session") == entry["session"]
+            and r.get("event") == "received" and lo <= r["time"] <= hi]
+    entry |= {"first_line": hits[0], "last_line": hits[-1]}
+
+
 def _storm_truth(actor: str | None, first: int, last: int, n: int) -> Record:
     return {"kind": "dead_session_retry", "actor": actor, "session": SESSION, "action": "scroll",
             "error": "SESSION_NOT_FOUND", "requests": n, "start": iso_ms(first),
@@ -206,13 +307,16 @@ def _storm_truth(actor: str | None, first: int, last: int, n: int) -> Record:
 
 
 def write_bproxy_log(outdir: Path, seed: int = 7, *, incident: bool = True,
-                     trimmed: bool = False, storm_requests: int = 1200) -> Record:
+                     trimmed: bool = False, storm_requests: int = 1200,
+                     stuck: bool = False) -> Record:
     """Write one daemon log covering about an hour around the 23:42 close of seed 001.
 
     `incident=False` gives the clean twin: the same background, line for line, minus the
     storm. `trimmed=True` writes only the looping agent's lines in the shape seed 001 quotes
     (no level/pid/hostname/id/ownerHash/destructive): without owner hashes nobody could tell
-    other owners' lines apart, and an excerpt is one agent's lines. Returns the answer key;
+    other owners' lines apart, and an excerpt is one agent's lines. `stuck=True` adds, after
+    the storm, the two agents stuck while every call succeeds and the healthy repetition
+    around them (the decoys, in the clean twin too). Returns the answer key;
     line numbers are 1-based; `first_line`/`last_line` bound the storm, received to response.
     """
     rng = stream(seed, "bproxy")
@@ -224,6 +328,10 @@ def write_bproxy_log(outdir: Path, seed: int = 7, *, incident: bool = True,
         for _ in range(storm_requests):
             d.request(t, VICTIM, "scroll", SESSION, error="SESSION_NOT_FOUND")
             last, t = t, t + srng.randint(96, 107)
+    agents: list[Record] = []
+    if stuck and not trimmed:  # an excerpt of the storming agent's lines has no one else
+        healthy += _stuck_decoys(d, seed)
+        agents = _stuck_agents(d, seed) if incident else []
     records = d.records(trimmed=trimmed, only=VICTIM if trimmed else None)
     n_lines = write_lines(outdir / LOG_NAME, map(_dumps, records))
     close_line = 1 + next(i for i, r in enumerate(records) if r.get("action") == "session.close"
@@ -242,6 +350,9 @@ def write_bproxy_log(outdir: Path, seed: int = 7, *, incident: bool = True,
                         if r.get("error_code") == "SESSION_NOT_FOUND")
         storm |= {"close_line": close_line, "first_line": first, "last_line": last_line}
         truth["incidents"].append(storm)
+    for entry in agents:
+        _lines_of(records, entry)
+        truth["incidents"].append(entry)
     return truth
 
 

@@ -6,10 +6,13 @@ Incidents: in session 1, a `git commit` rejected by the pre-commit hook (ruff) t
 in a row with the same error, the agent editing between tries without fixing what the hook
 names; in the same session, a subagent (Task) re-running the same failing test eleven times;
 in session 2, the agent re-reading the same file fifteen times with the same result (a loop
-of successes: no error to repeat, found only by detectors of stuck agents). Healthy: edits
-that succeed, a CI poll that ends, a build run three times until it passes, a test run that
-passes. The clean twin has the same healthy work; there the hook failure is fixed at the
-second try, the subagent's test passes at its second run and the file is read once.
+of successes: no error to repeat, found by repeated_action); in session 3, a Stop hook that
+insists the tests be run and the agent answering it with the same message twelve times
+instead of running them (the same two messages back and forth: repeated_message). Healthy:
+edits that succeed, a CI poll that ends, a build run three times until it passes, a test run
+that passes. The clean twin has the same healthy work; there the hook failure is fixed at the
+second try, the subagent's test passes at its second run, the file is read once and the agent
+runs the tests the Stop hook asks for.
 
 Lines are `JSON.stringify` output (compact, non-ASCII as is), keys in Claude Code's order; an
 assistant response is one line per content block, every line with the response's usage
@@ -438,13 +441,16 @@ def _session_two(seed: int, incident: bool, out: Path) -> Record:
                   "for invoices?")
     reads = 15 if incident else 1
     lines: list[int] = []
+    before = _tokens(s)
     for i in range(reads):
         lines.append(s.read(rng, pricing, PRICING,
                             think="I should re-check how apply_discounts rounds." if i else None,
                             say="Let me look at pricing.py again." if i else None))
+    spent = _tokens(s) - before
     s.say(rng, "Discounts are rounded with ROUND_HALF_EVEN (banker's rounding). Invoices in "
                "most EU countries expect ROUND_HALF_UP.")
-    add_reread(key, {"actor": "claude", "session": session, "action": "Read"}, lines)
+    add_reread(key, {"actor": "claude", "session": session, "action": "Read", "tokens": spent},
+               lines)
     name = f"{session}.jsonl"
     write_lines(out / name, map(_dump, s.lines))
     key["usage"] = {name: s.usage}
@@ -453,15 +459,71 @@ def _session_two(seed: int, incident: bool, out: Path) -> Record:
 
 
 def add_reread(key: Record, entry: Record, lines: list[int]) -> None:
-    """Add the re-read loop (`lines`: the line of each read) to the answer key: an incident
-    no detector finds yet when there were several reads, healthy work when there was one."""
+    """Add the re-read loop (`lines`: the line of each read; `entry["tokens"]`: what the
+    agent's turns over it counted) to the answer key: an incident when there were several
+    reads, healthy work when there was one."""
     if len(lines) > 1:
         key["incidents"].append(entry | {
             "kind": "same_file_reread", "repeats": len(lines), "first_line": lines[0],
-            "last_line": lines[-1], "loop": True, "detector": None,
-            "awaits": "a detector of stuck agents: the same call with the same result, no error"})
+            "last_line": lines[-1], "loop": True, "detector": "repeated_action"})
     else:
-        key["healthy"].append(entry | {"kind": "file_read_once", "reads": 1, "loop": False})
+        key["healthy"].append({k: v for k, v in entry.items() if k != "tokens"}
+                              | {"kind": "file_read_once", "reads": 1, "loop": False})
+
+
+def _tokens(s: _Transcript) -> int:
+    """Input plus output tokens counted so far (as loophound counts them: cache apart)."""
+    return s.usage["input"] + s.usage["output"]
+
+
+# -- session 3: a Stop hook the agent answers with the same words -----------------------------
+
+STOP_HOOK = ("Stop hook feedback:\n- [~/.claude/hooks/require-tests.sh]: No test run in this "
+             "session. Run `make test` and report the result before you finish.")
+STOP_REPLY = ("The change only touches CHANGELOG.md, so there is nothing to test. The CHANGELOG "
+              "entry for the rounding fix is added and the task is complete.")
+
+
+def _session_three(seed: int, incident: bool, out: Path) -> Record:
+    ids = stream(seed, "cc-ids-3")
+    session = uuid4(ids)
+    s = _Transcript(session, "tidy-changelog-wren", "fix/checkout-rounding")
+    key: Record = {"session": session, "incidents": [], "healthy": []}
+    rng = stream(seed, "cc-s3-stop")
+    s.at(DAY + dt.timedelta(hours=16, minutes=12))
+    s.prompt(rng, "Add a CHANGELOG entry for the rounding fix.")
+    s.edit(rng, f"{CWD}/CHANGELOG.md", "## Unreleased\n",
+           "## Unreleased\n\n- Cart totals are rounded once, after discounts (#412).\n",
+           say="I'll add the entry under Unreleased.")
+    s.say(rng, "Added the entry for the rounding fix to CHANGELOG.md.")
+    blocks = 12 if incident else 1
+    first = len(s.lines) + 1
+    before = _tokens(s)
+    for _ in range(blocks):
+        uid, ts = uuid4(rng), s.tick(rng, 0.4, 1.5)  # the hook's reason, given to the agent
+        s.lines.append(s._envelope() | {"type": "user", "message": {
+            "role": "user", "content": STOP_HOOK}, "uuid": uid, "timestamp": ts})
+        s.parent = uid
+        if incident:
+            s.say(rng, STOP_REPLY)
+    if incident:
+        key["incidents"].append({
+            "kind": "stop_hook_loop", "actor": "claude", "session": session,
+            "messages": 2 * blocks, "tokens": _tokens(s) - before,
+            "first_line": first, "last_line": len(s.lines), "detector": "repeated_message",
+            "loop": True})
+    else:
+        s.bash(rng, "make test", "Run the test suite", "python -m pytest -q\n"
+               "..........                                                               [100%]\n"
+               "10 passed in 0.31s", took=(2.0, 4.0))
+        s.say(rng, "make test passes (10 tests). The CHANGELOG entry is added.")
+        key["healthy"].append({"kind": "stop_hook_satisfied", "actor": "claude",
+                               "session": session, "loop": False})
+    name = f"{session}.jsonl"
+    write_lines(out / name, map(_dump, s.lines))
+    key["usage"] = {name: s.usage}
+    key["lines"] = {name: len(s.lines)}
+    return key
 
 
 def _dump(rec: Record) -> str:
@@ -474,12 +536,12 @@ def write_claude_code_project(outdir: Path, seed: int = 7, *, incident: bool = T
     its usage counted once per response; the incidents (`count` attempts of the same failing
     call, or `repeats` of the same successful one) and the healthy work."""
     out = Path(outdir) / PROJECT
-    one = _session_one(seed, incident, out)
-    two = _session_two(seed, incident, out)
-    lines = {f"{PROJECT}/{k}": v for k, v in (one["lines"] | two["lines"]).items()}
-    usage = {f"{PROJECT}/{k}": v for k, v in (one["usage"] | two["usage"]).items()}
-    for entry in one["incidents"] + one["healthy"] + two["incidents"] + two["healthy"]:
+    parts = [_session_one(seed, incident, out), _session_two(seed, incident, out),
+             _session_three(seed, incident, out)]
+    lines = {f"{PROJECT}/{k}": v for part in parts for k, v in part["lines"].items()}
+    usage = {f"{PROJECT}/{k}": v for part in parts for k, v in part["usage"].items()}
+    for entry in (e for part in parts for e in part["incidents"] + part["healthy"]):
         entry["file"] = f"{PROJECT}/" + entry.get("file", f"{entry['session']}.jsonl")
     return {"format": "claude-code", "lines": lines, "usage": usage,
-            "incidents": one["incidents"] + two["incidents"],
-            "healthy": one["healthy"] + two["healthy"]}
+            "incidents": [e for part in parts for e in part["incidents"]],
+            "healthy": [e for part in parts for e in part["healthy"]]}

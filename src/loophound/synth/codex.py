@@ -4,9 +4,13 @@ the way Codex 0.77 writes them (see formats/codex.py for the sources of the shap
 Incidents: in the first rollout, `git commit` rejected by the pre-commit hook twelve times in a
 row with the same exit code, the agent patching files between tries without fixing what the
 hook names; in the second, the agent printing the same file fifteen times with the same output
-(a loop of successes: no error to repeat). Healthy: patches that apply, tests that pass, a
-build run three times until it passes, a CI poll that ends. The clean twin has the same
-healthy work; there the hook failure is fixed at the second try and the file is printed once.
+(a loop of successes: no error to repeat, found by repeated_action); in the third, the loop of
+mini-swe-agent's trajectory: restore the file from its backup, apply the same patch, run the
+same failing test, nine times round (alternating_action). Healthy: patches that apply, tests
+that pass, a build run three times until it passes, a CI poll that ends, and a batch checking
+twelve sample carts one by one (calls alike but for the cart's number). The clean twin has the
+same healthy work; there the hook failure is fixed at the second try, the file is printed once
+and the second patch makes the test pass.
 
 Lines are `serde_json::to_string` output (compact, non-ASCII as is), keys in struct order. Each
 model response is followed by a `token_count` event; Codex re-emits some of them unchanged
@@ -288,22 +292,92 @@ def _second_rollout(seed: int, incident: bool) -> tuple[str, _Rollout, Record]:
     rng = stream(seed, "cx-2-read")
     r.prompt(rng, "Which rounding mode does pricing use for discounts? Is it right for invoices?")
     reads = 15 if incident else 1
+    before = _tokens(r)
     lines = [r.shell(rng, "sed -n '1,40p' shop/pricing.py", 0, PRICING, took=(0.1, 0.4),
                      think="**Re-reading pricing.py**" if i else "**Reading pricing.py**")
              for i in range(reads)]
+    spent = _tokens(r) - before
     r.answer(rng, "Discounts use ROUND_HALF_EVEN (banker's rounding); invoices usually expect "
                   "ROUND_HALF_UP.")
-    add_reread(key, {"actor": "codex", "session": session, "action": "shell_command"}, lines)
+    add_reread(key, {"actor": "codex", "session": session, "action": "shell_command",
+                     "tokens": spent}, lines)
+    return _name(session, start), r, key
+
+
+def _tokens(r: _Rollout) -> int:
+    """Input (without its cached part) plus output tokens counted so far."""
+    return r.usage["input"] + r.usage["output"]
+
+
+TEST_FAILURE = ("F.                                                                       [100%]\n"
+                "FAILED tests/test_discounts.py::test_stacked_discounts - AssertionError: assert "
+                "Decimal('17.11') == Decimal('17.10')\n1 failed, 1 passed in 0.14s\n")
+
+
+def _third_rollout(seed: int, incident: bool) -> tuple[str, _Rollout, Record]:
+    start = DAY + dt.timedelta(hours=16, minutes=5, seconds=2)
+    session, r, key = _open(seed, "cx-ids-3", start)
+
+    rng = stream(seed, "cx-3-batch")  # healthy: twelve carts checked one by one
+    r.prompt(rng, "Check the twelve sample carts in fixtures/ against the new rounding.")
+    first = len(r.lines) + 1
+    carts = list(range(1001, 1013))
+    for i, cart in enumerate(carts):
+        total = f"{rng.randint(8, 90)}.{rng.randint(0, 99):02d}"
+        r.shell(rng, f"python scripts/check_cart.py --cart {cart}", 0,
+                f"cart {cart}: total {total} EUR, expected {total} EUR: OK\n", took=(0.3, 0.9),
+                think="**Checking the sample carts**" if i == 0 else None)
+    r.answer(rng, "All twelve sample carts match their expected totals.")
+    key["healthy"].append({"kind": "batch_of_similar_calls", "actor": "codex", "session": session,
+                           "action": "shell_command", "calls": len(carts), "first_line": first,
+                           "last_line": len(r.lines), "loop": False})
+
+    rng = stream(seed, "cx-3-cycle")  # the incident: restore, same patch, same failing test
+    r.at(DAY + dt.timedelta(hours=16, minutes=40))
+    r.prompt(rng, "test_stacked_discounts fails again on main. Fix it without touching the test.")
+    r.shell(rng, "cp shop/pricing.py shop/pricing.py.orig", 0, "",
+            think="**Backing up pricing.py before editing**")
+    rounds = 9 if incident else 1
+    patch_old = "    return total.quantize(CENT, rounding=ROUND_HALF_EVEN)"
+    before, first = _tokens(r), None
+    for i in range(rounds):
+        line = r.shell(rng, "cp shop/pricing.py.orig shop/pricing.py", 0, "",
+                       think="**Restoring pricing.py from the backup**" if i == 0 else None)
+        first = first or line
+        r.patch(rng, "shop/pricing.py", patch_old,
+                "    return total.quantize(CENT, rounding=ROUND_HALF_UP)")
+        last = r.shell(rng, "python -m pytest -q tests/test_discounts.py", 1, TEST_FAILURE,
+                       took=(0.8, 2.0))
+    spent = _tokens(r) - before
+    if incident:
+        r.answer(rng, "The test still fails after restoring pricing.py and switching to "
+                      "ROUND_HALF_UP; I could not make it pass.")
+        key["incidents"].append({
+            "kind": "restore_and_reedit", "actor": "codex", "session": session,
+            "cycle": ["shell_command", "apply_patch", "shell_command"], "count": 3 * rounds,
+            "rounds": rounds, "tokens": spent, "first_line": first, "last_line": last,
+            "detector": "alternating_action", "loop": True})
+    else:
+        r.patch(rng, "shop/pricing.py", "        total -= total * Decimal(p) / 100",
+                "        total -= (total * Decimal(p) / 100).quantize(CENT)",
+                think="**Rounding each discount as it is applied**")
+        r.shell(rng, "python -m pytest -q tests/test_discounts.py", 0,
+                "..                                                                       [100%]\n"
+                "2 passed in 0.11s\n", took=(0.8, 2.0))
+        r.answer(rng, "Fixed: each discount is rounded to the cent as it is applied.")
+        key["healthy"].append({"kind": "fixed_at_second_try", "actor": "codex",
+                               "session": session, "loop": False})
     return _name(session, start), r, key
 
 
 def write_codex_sessions(outdir: Path, seed: int = 7, *, incident: bool = True) -> Record:
-    """Write a Codex sessions folder (two rollouts) and return its answer key: per file its
+    """Write a Codex sessions folder (three rollouts) and return its answer key: per file its
     lines and its usage counted once per model response; the incidents (`count` attempts of
     the same failing call, or `repeats` of the same successful one) and the healthy work."""
     out = Path(outdir)
     key: Record = {"format": "codex", "lines": {}, "usage": {}, "incidents": [], "healthy": []}
-    for name, rollout, part in (_first_rollout(seed, incident), _second_rollout(seed, incident)):
+    for name, rollout, part in (_first_rollout(seed, incident), _second_rollout(seed, incident),
+                                _third_rollout(seed, incident)):
         write_lines(out / name, map(_dump, rollout.lines))
         key["lines"][name] = len(rollout.lines)
         key["usage"][name] = rollout.usage

@@ -3,8 +3,11 @@
 Modelled on seed 000. Incidents: an echo loop between two gateway nodes (role `assistant` both
 ways, depth stuck at 1, so neither the role check nor the depth guard fires); a ping-pong with
 role `user` both ways that climbs 1→4 and is stopped by the guard, once per human turn; and a
-room flood where two bots answer each other in `firmware-team` at machine pace. Healthy: people
-talking to an agent at human pace, including a long conversation with a lunch break.
+room flood where two bots answer each other in `firmware-team` at machine pace; and in
+`general`, a deploy bot whose notifier re-posts the same approval request every few seconds
+(the same message, nothing else). Healthy: people talking to an agent at human pace, including
+a long conversation with a lunch break, and a status bot posting the same heartbeat to
+`general` every ten minutes all day (the same message at a steady low rate: background).
 
 Records follow `sven-p2p/src/store.rs`: `serde_json::to_string`, fields in struct order,
 `seq` = records already in the file, chrono timestamps. Records written before `depth` existed
@@ -19,7 +22,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ._common import UTC, stream, uuid4, write_lines
+from ._common import UTC, own_stream, stream, uuid4, write_lines
 
 BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DAY = dt.datetime(2026, 3, 24, tzinfo=UTC)
@@ -215,12 +218,14 @@ def write_sven_store(outdir: Path, seed: int = 7, *, incident: bool = True,
                 _text("standup notes are in the wiki"), 0)
     healthy.append({"kind": "room", "file": f"node-a/rooms/{room}.jsonl", "room": room,
                     "records_without_depth": 1, "loop": False})
+    healthy.append(_heartbeat(st, seed))
 
     incidents: list[dict[str, Any]] = []
     if incident:
         incidents.append(_echo_loop(st, stream(seed, "sven-echo"), A, B, echo_messages))
         incidents.append(_guarded_pingpong(st, stream(seed, "sven-guard"), B, C))
         incidents.append(_room_flood(st, stream(seed, "sven-flood"), room, bots, flood_posts))
+        incidents.append(_deploy_reposts(st, seed))
 
     files = st.ordered()
     lines = {rel: write_lines(outdir / rel, (json.dumps(r, separators=(",", ":"),
@@ -289,6 +294,41 @@ def _room_flood(st: _Stores, rng: random.Random, room: str, bots: dict[str, str]
             "posts": n, "depth": 1, "start": _ts(start), "loop": True}
 
 
+def _heartbeat(st: _Stores, seed: int) -> dict[str, Any]:
+    """status-bot posts the same heartbeat to `general` every ten minutes, 07:00–19:00."""
+    rng = stream(seed, "sven-heartbeat")
+    bot = _peer_id(rng)
+    t, posts = DAY + dt.timedelta(hours=7, minutes=2), 0
+    with own_stream(st, rng) as own:
+        while t < DAY + dt.timedelta(hours=19):
+            own.post("node-b", "general", bot, "status-bot", _ns(t, rng),
+                     _text(f"heartbeat: gateway-b up, {rng.randint(0, 2)} alerts, queue "
+                           f"{rng.randint(0, 9)}"), 0)
+            t, posts = t + dt.timedelta(minutes=10, seconds=rng.randint(-5, 5)), posts + 1
+    return {"kind": "status_post", "file": "node-b/rooms/general.jsonl", "room": "general",
+            "actor": "status-bot", "every_s": 600, "posts": posts, "loop": False}
+
+
+def _deploy_reposts(st: _Stores, seed: int, n: int = 150) -> dict[str, Any]:
+    """deploy-bot's notifier retries its approval request every ~4 s, 150 times: the same
+    message, answered by no one."""
+    rng = stream(seed, "sven-deploy")
+    bot = _peer_id(rng)
+    t = _ns(DAY + dt.timedelta(hours=18, minutes=10), rng)
+    start = t
+    text = ("Deploy of firmware 2.4.1 to the rev C fleet is waiting for approval: @martin please "
+            "approve it in #release (request 7f3a9c21).")
+    with own_stream(st, rng) as own:
+        for _ in range(n):
+            own.post("node-b", "general", bot, "deploy-bot", t, _text(text), 0)
+            last = t
+            t += rng.randint(3_700_000_000, 4_300_000_000)
+    return {"kind": "bot_repeats_message", "channel": "room:general",
+            "file": "node-b/rooms/general.jsonl", "room": "general", "actor": "deploy-bot",
+            "session": "room:general", "posts": n, "assumed_calls": n, "start": _ts(start),
+            "end": _ts(last), "detector": "repeated_message", "loop": True}
+
+
 def _locate(files: dict[str, list[Record]], incidents: list[dict[str, Any]]) -> None:
     """Add first/last line numbers and exact end times to incidents that live in one file."""
     for inc in incidents:
@@ -298,6 +338,10 @@ def _locate(files: dict[str, list[Record]], incidents: list[dict[str, Any]]) -> 
                     and r.get("depth") == 1]
             inc |= {"first_line": hits[0], "last_line": hits[-1],
                     "end": recs[hits[-1] - 1]["timestamp"]}
+        elif inc["kind"] == "bot_repeats_message":
+            hits = [i for i, r in enumerate(files[inc["file"]], 1)
+                    if r["sender_name"] == inc["actor"]]
+            inc |= {"first_line": hits[0], "last_line": hits[-1]}
         elif inc["kind"] == "echo_guarded":
             recs = files[inc["file"]]
             inc["guard_lines"] = [i for i, r in enumerate(recs, 1)
