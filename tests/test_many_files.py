@@ -271,3 +271,24 @@ def test_an_ingest_of_many_files_is_shown_by_format_and_status(tmp_path, monkeyp
     assert [[cell.strip() for cell in row.split("│")[:3]] for row in rows] == [
         ["2", fmt, "new"] for fmt in ("bproxy", "generic", "hooks", "labtrust", "sven")]
     assert "app-0.jsonl" not in done.output  # a file with nothing to say is not named
+
+
+def test_settled_small_compressed_files_are_not_read_again(tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    lines = small_logs(logs, per_format=1)  # the first file of each format is gzipped
+    store = Store(tmp_path / "st")
+    ingest([str(logs)], store)
+
+    def refuse(path, *args, **kwargs):
+        raise AssertionError(f"{path.name} is unchanged and was read again")
+
+    monkeypatch.setattr(ingest_module, "_read_into_store", refuse)
+    again = ingest([str(logs)], store)
+    assert {f.status for f in again.files} == {"unchanged"}
+    assert sum(1 for p in lines if p.suffix == ".gz") == len(SOURCES)
+    monkeypatch.undo()
+    grown = next(p for p in lines if p.name.startswith("hooks") and p.suffix == ".gz")
+    line = gzip.decompress(grown.read_bytes()).splitlines(keepends=True)[0]
+    grown.write_bytes(gzip.compress(gzip.decompress(grown.read_bytes()) + line))
+    (changed,) = [f for f in ingest([str(logs)], store).files if f.status != "unchanged"]
+    assert (changed.path, changed.status, changed.events) == (str(grown), "appended", 1)
