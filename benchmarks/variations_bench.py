@@ -14,7 +14,7 @@ cannot read a file (a key first seen after the sample), it reads the whole file 
 (`loophound sql` on the store, a new process each time) against DuckDB on the raw file.
 
     python benchmarks/variations_bench.py [--repeat 3] [--variants id,no_id] [--big req_id]
-        [--scales 2,10] [--investigate] [--keep DIR] [--json FILE]
+        [--scales 2,10] [--investigate id,no_id|all] [--keep DIR] [--json FILE] [--size 0.02]
 
 The logs take 0.3–0.4 GB each at 1×, 3–4 GB at 10× (with its store): check `df -h` first.
 """
@@ -48,7 +48,13 @@ result = {}
 if kind == "baseline":
     import duckdb
     t1 = time.perf_counter()
-    duckdb.connect().execute(arg.format(log=log, out=out))
+    try:
+        duckdb.connect().execute(arg.format(log=log, out=out, opts=""))
+        result["sample_size"] = "default"
+    except duckdb.Error:  # the default schema sample cannot read the file: read it all
+        t1 = time.perf_counter()
+        duckdb.connect().execute(arg.format(log=log, out=out, opts=", sample_size = -1"))
+        result["sample_size"] = "whole file"
 elif kind == "ingest":
     from loophound.ingest import ingest
     from loophound.store import Store
@@ -100,27 +106,15 @@ def wall(cmd: list[str]) -> tuple[float, str]:
     return time.perf_counter() - t, res.stdout.strip()
 
 
-def baseline_opts(log: Path, work: Path) -> str:
-    """DuckDB's default read_json if it reads the file, else the whole file for its schema."""
-    probe = f"SELECT count(*) FROM read_json('{log}') WHERE event IS NOT NULL"
-    res = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.sql({probe!r}).fetchall()"],
-                         capture_output=True, text=True)
-    return "" if res.returncode == 0 else ", sample_size = -1"
-
-
 def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
               investigate: bool) -> dict:
-    opts = baseline_opts(log, work)
     print(f"{name}: {log.stat().st_size / 2**20:,.0f} MiB, {key['lines']:,} lines, storms "
-          f"{[s['requests'] for s in key['storms']]}"
-          + ("; DuckDB's default sample cannot read it: sample_size = -1" if opts else ""),
-          flush=True)
+          f"{[s['requests'] for s in key['storms']]}", flush=True)
     runs: dict[str, list[dict]] = {"baseline": [], "ingest": [], "scan": [], "investigate": []}
     store = work / "store"
     for i in range(repeat):
         out = Path(tempfile.mkdtemp(dir=work))
-        runs["baseline"].append(child(RUNNER, "baseline", str(log), str(out),
-                                      BASELINE.replace("{opts}", opts)))
+        runs["baseline"].append(child(RUNNER, "baseline", str(log), str(out), BASELINE))
         shutil.rmtree(out)
         shutil.rmtree(store, ignore_errors=True)
         runs["ingest"].append(child(RUNNER, "ingest", str(log), str(store), ""))
@@ -131,11 +125,15 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
             shutil.rmtree(out)
         print(f"  run {i + 1}: " + "   ".join(
             f"{k} {v[-1].get('seconds', float('nan')):6.2f} s ({v[-1].get('peak_rss_mb', 0):,.0f} MB)"
+            + ("*" if v[-1].get("sample_size") == "whole file" else "")
             for k, v in runs.items() if v), flush=True)
         for k, v in runs.items():
             if v and "error" in v[-1]:
                 print(f"  {k} failed: {v[-1]['error']}", flush=True)
-    # a one-line query end to end, alternating with DuckDB on the raw file
+    # a one-line query end to end, alternating with DuckDB on the raw file (read as the
+    # baseline could read it)
+    whole = any(r.get("sample_size") == "whole file" for r in runs["baseline"])
+    opts = ", sample_size = -1" if whole else ""
     sql, raw = [], []
     raw_code = f"import duckdb; print(duckdb.sql({RAW_QUERY.format(log=log, opts=opts)!r}).fetchall())"
     for _ in range(max(repeat, 3)):
@@ -150,7 +148,7 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
     last = runs["scan"][-1]
     out = {"variant": name, "bytes": log.stat().st_size, "lines": key["lines"],
            "storms": [s["requests"] for s in key["storms"]],
-           "baseline_sample_size": "whole file" if opts else "default",
+           "baseline_sample_size": "whole file" if whole else "default",
            "median_seconds": med, "peak_rss_mb": rss,
            "ingest_ratio": med["ingest"] / med["baseline"],
            "scan_over_ingest": med["scan"] / med["ingest"],
@@ -201,7 +199,8 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
     ap.add_argument("--big", default="req_id", help="the variant also written at --scales")
     ap.add_argument("--scales", default="2,10")
-    ap.add_argument("--investigate", action="store_true", help="also time investigate at 1×")
+    ap.add_argument("--investigate", default="",
+                    help="the variants whose investigate is timed too (at 1×): id,no_id or all")
     ap.add_argument("--keep", type=Path, help="keep (and reuse) the logs in this folder")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--size", type=float, default=1.0,
@@ -209,8 +208,12 @@ def main() -> None:
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
     work.mkdir(parents=True, exist_ok=True)
-    plan = [(variant(n), 1.0) for n in args.variants.split(",") if n]
+    # the big one first, then its scales, then the other shapes
+    names = [n for n in args.variants.split(",") if n]
+    names.sort(key=lambda n: n != args.big)
+    plan = [(variant(n), 1.0) for n in names[:1]]
     plan += [(variant(args.big), float(s)) for s in args.scales.split(",") if s]
+    plan += [(variant(n), 1.0) for n in names[1:]]
     results = []
     try:
         for v, scale in plan:
@@ -223,8 +226,8 @@ def main() -> None:
                 key_file.write_text(json.dumps(key))
                 print(f"wrote {log.name} in {time.perf_counter() - t:.1f} s", flush=True)
             key = json.loads(key_file.read_text())
-            results.append(bench_log(name, log, key, work, args.repeat,
-                                     args.investigate and scale == 1))
+            timed = args.investigate == "all" or v.name in args.investigate.split(",")
+            results.append(bench_log(name, log, key, work, args.repeat, timed and scale == 1))
             if not args.keep:
                 log.unlink()
             if args.json:
