@@ -128,12 +128,16 @@ def test_the_planted_error_loop_is_found(scanned, incident):
     assert lines <= set(range(incident["first_line"], incident["last_line"] + 1))
 
 
-def test_the_restore_and_retry_loop_awaits_a_stuck_agent_detector(scanned):
-    # a loop of successes: no error to repeat, so repeated_error must not claim it
+def test_the_restore_and_retry_loop_is_found_as_a_stuck_agent(scanned):
+    # a loop of successes: no error to repeat, so repeated_error must not claim it, and the
+    # same call with the same result is repeated_action's (9, a test run, then 6 more)
     doc, _ = scanned
-    assert RESTORE["awaits"] and RESTORE["repeats"] == 15
+    assert RESTORE["detector"] == "repeated_action" and RESTORE["repeats"] == 15
     assert not [f for f in doc["findings"] if f["detector"] == "repeated_error"
                 and RESTORE["session"] in f["sessions"]]
+    found = [f for f in doc["findings"] if f["detector"] == "repeated_action"
+             and RESTORE["session"] in f["sessions"] and RESTORE["actor"] in f["actors"]]
+    assert len(found) == 1 and found[0]["events"] == RESTORE["repeats"]
 
 
 def test_the_clean_twin_has_nothing_serious(tmp_path):

@@ -63,6 +63,7 @@ def _incidents() -> list[tuple[str, dict]]:
 
 
 STUCK = {"same_file_reread": "repeated_action", "stuck_poll": "repeated_action",
+         "restore_and_retry": "repeated_action",
          "wait_snapshot_cycle": "alternating_action", "restore_and_reedit": "alternating_action",
          "bot_repeats_message": "repeated_message", "stop_hook_loop": "repeated_message"}
 

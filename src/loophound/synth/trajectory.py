@@ -281,8 +281,8 @@ def _mini_swe_agent(seed: int, incident: bool) -> tuple[str, Record, Record]:
         key["incidents"].append({
             "kind": "restore_and_retry", "actor": "mini-swe-agent", "session": MINI_INSTANCE,
             "action": "cp", "repeats": len(lines), "runs": [first_run, 6],
-            "first_line": lines[0], "last_line": lines[-1], "loop": True, "detector": None,
-            "awaits": "a detector of stuck agents: the same call with the same result, no error"})
+            "first_line": lines[0], "last_line": lines[-1], "loop": True,
+            "detector": "repeated_action"})
     else:
         key["healthy"].append({"kind": "edit_once", "actor": "mini-swe-agent",
                                "session": MINI_INSTANCE, "action": "cp", "loop": False})
