@@ -82,3 +82,36 @@ def test_a_path_no_line_holds_is_reported(tmp_path):
 def test_mistakes_are_named_before_any_work(mapping, words):
     with pytest.raises(MappingError, match=words):
         validate_mapping(mapping, "m.toml")
+
+
+def test_a_mapping_reads_the_list_of_records_of_a_whole_file_document(tmp_path):
+    """`records = "events"`: a whole-file JSON document (not lines) read by its list; each
+    record is an event whose offsets are its own bytes in the file; the loop in it is found."""
+    from loophound.scan import scan_store
+
+    doc = {"run": {"id": "r1"}, "events": [
+        {"t": 1750000000 + i, "who": "planner", "tool": "search",
+         "status": "error" if i < 12 else "ok", "msg": f"rate limited (req {i})"}
+        for i in range(15)]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc, indent=2))
+    mapping = validate_mapping({
+        "records": "events",
+        "fields": {"time": "t", "actor": "who", "action": "tool", "session": "tool",
+                   "error": {"path": "msg", "when": {"path": "status", "equals": "error"}}},
+        "constants": {"kind": "tool_call"}})
+    store = Store(tmp_path / "st")
+    report = ingest([str(path)], store, IngestOptions(mapping=mapping))
+    assert report.events == 15
+    data = path.read_bytes()
+    first = store.connect().execute(
+        "SELECT byte_offset, byte_length FROM events WHERE line = 1").fetchall()[0]
+    assert json.loads(data[first[0]:first[0] + first[1]])["msg"] == "rate limited (req 0)"
+    found = scan_store(store, save=False).document["findings"]
+    runs = [f for f in found if f["detector"] == "repeated_error"]
+    assert [f["events"] for f in runs] == [12]  # one error, whatever the request number
+
+
+def test_records_must_be_a_path():
+    with pytest.raises(MappingError, match="records must be"):
+        validate_mapping({"records": 3}, "m.toml")

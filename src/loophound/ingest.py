@@ -33,7 +33,7 @@ from . import db, digest, formats
 from .digest import Sha256
 from .errors import InputError
 from .formats.base import Format, FormatContext
-from .formats.generic import validate_mapping
+from .formats.generic import document_format, validate_mapping
 from .lines import (
     BOM,
     CHUNK_BYTES,
@@ -335,6 +335,8 @@ def ingest(
     forced = formats.get(options.format) if options.format else None
     if options.mapping is not None:  # a bad mapping is said before any file is read
         validate_mapping(options.mapping)
+        # a mapping naming the list of records of whole-file JSON documents reads them so
+        forced = document_format(validate_mapping(options.mapping)) or forced
     files, passed_over = discover(paths)
     report = IngestReport()
     for name, reason in passed_over:
@@ -508,7 +510,8 @@ def _map_document(path: Path, shown: str, store: Store, fmt: Format, options: In
     earlier read of it committed."""
     ranges = fmt.records(data)
     input_id = known.input_id if known else _next_id(store, "inputs", "input_id")
-    ctx = FormatContext(path=path, display_path=shown, input_id=input_id)
+    ctx = FormatContext(path=path, display_path=shown, input_id=input_id,
+                        options={"mapping": options.mapping} if options.mapping else {})
     con = db.scratch()
     create_batch_table(con)
     batch_id = _next_id(store, "batches", "batch_id")

@@ -54,7 +54,7 @@ CONDITIONS = ("equals", "not_equals", "one_of", "present")
 FIELD_KEYS = ("path", "paths", "when", "format", "unit", "first_line", *CONDITIONS)
 UNITS = {"s": 1_000_000, "ms": 1000, "us": 1, "ns": 0.001}
 ALIASES = {"time": "ts"}
-SECTIONS = ("fields", "constants", "auto")
+SECTIONS = ("fields", "constants", "auto", "records")
 
 AUTO: dict[str, tuple[str, ...]] = {
     "ts": ("timestamp", "time", "ts", "@timestamp", "datetime", "date"),
@@ -196,6 +196,11 @@ def validate_mapping(mapping: Any, source: str | Path | None = None) -> dict[str
                                f"under [{section}]), not {table!r}")
     if not isinstance(auto, bool):
         raise MappingError(f"{where}: auto must be true or false, not {auto!r}")
+    records = mapping.get("records")
+    if records is not None and not (records == "" or _is_path(records)):
+        raise MappingError(f"{where}: records must be the dotted path of the list of records "
+                           f"in a whole-file JSON document (\"trajectory\", \"data.events\"), "
+                           f"or \"\" for a document that is itself a list; not {records!r}")
     fields: dict[str, str | dict[str, Any]] = {}
     for name, path in fields_in.items():
         column = _canonical(name, path, "fields", where)
@@ -219,7 +224,10 @@ def validate_mapping(mapping: Any, source: str | Path | None = None) -> dict[str
             raise MappingError(f"{where} [constants]: a constant time is not allowed; map "
                                "`time` in [fields]")
         constants[column] = _check_constant(column, value, where)
-    return {"fields": fields, "constants": constants, "auto": auto}
+    out = {"fields": fields, "constants": constants, "auto": auto}
+    if records is not None:
+        out["records"] = records
+    return out
 
 
 def _is_path(path: Any) -> bool:
@@ -396,8 +404,8 @@ def _field(column: str, spec: str | dict[str, Any], records: list[dict]) -> Fiel
 def unmatched(ctx: FormatContext) -> list[str]:
     """Mapped paths that no line of the file's head holds: most likely a typo in the mapping
     file (ingest reports them as warnings)."""
-    if ctx.options.get("mapping") is None:
-        return []
+    if ctx.options.get("mapping") is None or ctx.options["mapping"].get("records") is not None:
+        return []  # a document's records are not its head lines: coverage says the rest
     records, p = _planned(ctx)
     out = []
     for f in p.fields:
@@ -581,6 +589,37 @@ def select_sql(ctx: FormatContext) -> str:
       {(',' + chr(10) + '      ').join(exprs)}
     FROM {parsed}
     """
+
+
+def records_at(path: str, data: bytes) -> list[tuple[int, int]] | None:
+    """(offset, length) of each element of the list at dotted `path` of a whole-file JSON
+    document (`""`: the document is the list), found by a streaming scan of its bytes, never
+    by re-serialising (evidence quotes the file's own bytes); None when there is no list."""
+    from ._document import members, top
+
+    at = top(data)
+    for key in [k for k in path.split(".") if k] if path else []:
+        if at is None or data[at:at + 1] != b"{":
+            return None
+        found, _ = members(data, at)
+        at = next((m.start for m in found if m.key == key), None)
+    if at is None or data[at:at + 1] != b"[":
+        return None
+    items, _ = members(data, at)
+    return [(m.start, (m.end if m.end is not None else len(data)) - m.start) for m in items]
+
+
+def document_format(mapping: dict) -> Format | None:
+    """The generic format reading a whole-file JSON document's list, when the mapping names
+    one (`records = "..."`): the records go through the same mapping as lines do."""
+    import dataclasses
+    import functools
+
+    path = mapping.get("records") if mapping else None
+    if path is None:
+        return None
+    return dataclasses.replace(FORMAT, records=functools.partial(records_at, path),
+                               groupable=False)
 
 
 def sniff(records: list[dict], path: Path) -> bool:
