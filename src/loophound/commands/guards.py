@@ -100,8 +100,9 @@ def print_guards(doc: dict) -> None:
         saved = _money(hi["cost_usd"]) if lo["cost_usd"] == hi["cost_usd"] else \
             f"{_money(lo['cost_usd'])}–{_money(hi['cost_usd'])}"
         share = g.get("false_block_share")
-        false = f"{g['false_blocks']:,}" + (f" ({share:.1%})" if g["false_blocks"] and share
-                                           else "")
+        false = f"{g['false_blocks']:,}"
+        if g["false_blocks"] and share is not None:
+            false += " (<0.1%)" if share < 0.001 else f" ({share:.1%})"
         table.add_row(shown(g["name"]), g["type"], f"{g['trips']:,}",
                       (g["first_block"] or "never").replace("T", " ").rstrip("Z"),
                       f"{lo['events']:,}", f"{hi['events']:,}", saved, false)
