@@ -58,14 +58,17 @@ FROM events
 WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
 """
-ATTEMPTS = """
-SELECT g.g, epoch_ms(e.ts) AS t, e.error, coalesce(e.ok, false) AS ok, e.event_id,
-       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash
+ATTEMPTS_FROM = """
 FROM events e
 JOIN _re_groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT DISTINCT FROM g.actor
              AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
 WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
 """
+ATTEMPTS = """
+SELECT g.g, epoch_ms(e.ts) AS t, coalesce(e.ok, false) AS ok, e.event_id,
+       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash
+""" + ATTEMPTS_FROM
+ERROR_TEXTS = "SELECT hash(e.error), any_value(e.error)" + ATTEMPTS_FROM + " GROUP BY 1"
 
 CLAIM = claim_units(
     "list_contains($errors, e.error) AND e.actor IS NOT DISTINCT FROM $actor "
@@ -152,11 +155,18 @@ def masked_errors(raw: np.ndarray, errors, order: np.ndarray) -> tuple[np.ndarra
     """Per attempt (`raw`: the hash of its error text, in `order` of the `errors` column), a
     number that is the same for errors whose texts are equal after masking ids, times and
     numbers; and each raw hash's text. Each distinct text is masked once."""
-    hashes, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    hashes, first = np.unique(raw, return_index=True)
     texts = {h: errors[int(order[i])].as_py() for h, i in zip(hashes, first, strict=True)}
+    return masked_numbers(raw, texts), texts
+
+
+def masked_numbers(raw: np.ndarray, texts: dict) -> np.ndarray:
+    """`masked_errors` given each hash's text (`texts`: hash → error text)."""
+    hashes, inverse = np.unique(raw, return_inverse=True)
     ids: dict[str | None, int] = {}
-    number = np.array([ids.setdefault(mask(texts[h]), len(ids)) for h in hashes], dtype=np.int64)
-    return number[inverse], texts
+    number = np.array([ids.setdefault(mask(texts.get(h)), len(ids)) for h in hashes],
+                      dtype=np.int64)
+    return number[inverse]
 
 
 def gap_figures(times_ms: np.ndarray) -> Gaps:
@@ -182,27 +192,27 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
     format_of = input_formats(con)
     con.register("_re_groups", found)
     try:
-        table = con.sql(ATTEMPTS, params={"kinds": kinds}).to_arrow_table()
+        # in time order within each group, equal times in log order (input, then line):
+        # sorted by DuckDB, which spills what does not fit, and fetched as numpy columns
+        # without the text of each attempt's error (its hash; the texts once each): the
+        # 6 M attempts of a storm ten times seed 001's are 200 MB, not a gigabyte
+        cols = con.execute(ATTEMPTS + " ORDER BY g.g, t, e.event_id",
+                           {"kinds": kinds}).fetchnumpy()
+        texts = dict(con.execute(ERROR_TEXTS, {"kinds": kinds}).fetchall())
     finally:
         con.unregister("_re_groups")
-    if table.num_rows == 0:
+    if not len(cols["t"]):
         return []
-    # in time order within each group; equal times in log order (input, then line); numpy
-    # only (pyarrow.compute costs a scheduled scan 50 ms to import)
-    event_id = table["event_id"].to_numpy()
-    t = table["t"].to_numpy()
-    g = table["g"].to_numpy()
-    order = np.lexsort((event_id, t, g))
-    g, t, event_id = g[order], t[order], event_id[order]
+    g, t, event_id, raw = cols["g"], cols["t"], cols["event_id"], cols["error_hash"]
     # the same error text after masking ids and numbers (normalise.py), the same number
-    raw = table["error_hash"].to_numpy()[order]
-    err, texts = masked_errors(raw, table["error"], order)
-    failed = table["erred"].to_numpy()[order] & ~table["ok"].to_numpy()[order]
+    err = masked_numbers(raw, texts)
+    failed = cols["erred"] & ~cols["ok"]
+    del cols
     out = []
     for lo, hi in failure_runs(g, t, err, failed, p.min_count, p.max_gap_s * 1000):
         actor, session, action = groups[int(g[lo])]
         first_input = int(event_id[lo]) >> 32
-        error = table["error"][int(order[lo])].as_py()
+        error = texts[raw[lo]]
         variants = sorted(texts[h] for h in np.unique(raw[lo:hi][failed[lo:hi]]))
         out.append(ErrorRun(
             actor=actor, session=session, action=action, error=error, count=hi - lo,

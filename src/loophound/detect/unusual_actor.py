@@ -161,14 +161,18 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
                                       "format": ("VARCHAR", [w[1] for w in widths]),
                                       "width": ("BIGINT", [w[2] for w in widths]),
                                       "origin": ("BIGINT", [w[3] for w in widths])})
-    tb = con.sql(EVENTS_SQL.format(copies=copies), params={"kinds": kinds}).to_arrow_table()
+    # fetched straight into numpy and put in order (who, time, log order) a column at a time:
+    # no Arrow copy and no second copy of every column (at 12 M events, 1 GB each)
+    c = con.execute(EVENTS_SQL.format(copies=copies), {"kinds": kinds}).fetchnumpy()
     con.execute("DROP TABLE _ua_widths")
-    if tb.num_rows == 0:
+    m = len(c["t"])
+    if m == 0:
         return [], {}
-    col = {name: tb.column(name).to_numpy(zero_copy_only=False) for name in tb.column_names}
-    order = np.lexsort((col["event_id"], col["t"], col["who"]))
-    c = {k: v[order] for k, v in col.items()}
-    m = len(order)
+    order = np.lexsort((c["event_id"], c["t"], c["who"]))
+    for k in list(c):
+        v = c.pop(k)
+        c[k] = (v.filled(False) if isinstance(v, np.ma.MaskedArray) else v)[order]
+    del order, v
     who, t, win = c["who"], c["t"].astype(np.int64), c["win"].astype(np.int64)
     same_who = np.zeros(m, bool)
     same_who[1:] = who[1:] == who[:-1]
