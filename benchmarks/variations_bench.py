@@ -135,7 +135,8 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
     whole = any(r.get("sample_size") == "whole file" for r in runs["baseline"])
     opts = ", sample_size = -1" if whole else ""
     sql, raw = [], []
-    raw_code = f"import duckdb; print(duckdb.sql({RAW_QUERY.format(log=log, opts=opts)!r}).fetchall())"
+    raw_code = ("import duckdb; duckdb.sql('SET enable_progress_bar = false'); "
+                f"print(duckdb.sql({RAW_QUERY.format(log=log, opts=opts)!r}).fetchall())")
     for _ in range(max(repeat, 3)):
         t, raw_out = wall([sys.executable, "-c", raw_code])
         raw.append(t)
