@@ -5,6 +5,7 @@ deterministic; the command and the report section work."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import subprocess
@@ -105,20 +106,64 @@ def test_what_they_had_blocks_nothing_of_the_loops(lab):
         assert all(r["blocked_events"] == 0 for r in g["incidents"]), name
 
 
-def test_false_blocks_on_the_clean_twins(twins):
-    doc = api.guards(twins, presets=["had", "adopted"]).document
-    false = {g["name"]: g["false_blocks"] for g in doc["guards"]}
-    assert all(g["blocked"]["events"] == g["false_blocks"] for g in doc["guards"])
-    for name in ("bproxy-breaker", "bproxy-error-throttle", "bproxy-activity-cap",
-                 "sven-hop-budget", "hooks-rate-monitoring", "hooks-rate-others"):
-        assert false[name] == 0, name
-    # the write-up's own warnings, measured: a 30-minute window refuses a review round trip
-    # (rutger → saskia → rutger, 17 minutes apart), and isolation refuses a monitoring agent's
-    # single legitimate hook
-    assert false["hooks-cycle"] == 1 and false["hooks-isolation"] == 1
-    examples = _guard(doc, "hooks-cycle")["false_block_examples"]
-    assert examples[0]["file"].endswith("hooks.jsonl") and examples[0]["line"] == 43
-    assert 0 < _guard(doc, "hooks-cycle")["false_block_share"] < 0.01
+def test_no_guard_of_what_they_had_or_adopted_blocks_the_clean_twins(twins):
+    doc = api.guards(twins, presets=["had", "adopted"], sweep="hooks-cycle.window=5m..1h").document
+    assert doc["log"]["healthy_events"] > 1000 and doc["log"]["findings"] == 0
+    names = {g.name for p in ("had", "adopted") for g in preset_spec(p).guards}
+    assert {g["name"] for g in doc["guards"]} == names and len(names) == 16
+    for g in doc["guards"]:
+        assert g["false_blocks"] == 0 and g["blocked"]["events"] == 0, g["name"]
+        assert g["false_block_share"] == 0 and g["false_block_examples"] == [], g["name"]
+    # the zeros are not for want of look-alikes: the twin's review round trips come back 34
+    # and 40 minutes after they left, so a cycle check of 35 minutes or more refuses them
+    at = {r["value"]: r for r in doc["sweep"]["rows"]}
+    assert at["30m"]["false_blocks"] == 0 and at["40m"]["false_blocks"] == 2
+    assert at["1h"]["blocked"]["events"] == 2
+
+
+def _hooks_line(minute: float, event: str, source: str, target: str, session: str,
+                completion: str | None, parent: str | None) -> dict:
+    ts = dt.datetime(2026, 5, 4, 9, tzinfo=dt.UTC) + dt.timedelta(minutes=minute)
+    return {"ts": ts.isoformat(), "event": event, "source_agent": source, "target_agent": target,
+            "completion_id": completion, "session_id": session,
+            "parent_completion_id": parent, "hook_origin_depth": 0}
+
+
+def test_a_round_trip_inside_the_window_and_a_monitoring_hand_off_are_false_blocks(tmp_path):
+    """What the clean twin no longer holds, by hand: a review round trip whose return hop comes
+    17 minutes after the first, and one monitoring agent hooking another. No detector calls
+    either a loop, so the cycle check's and isolation's refusals are false blocks."""
+    lines = [
+        _hooks_line(0, "session_started", "user:sanne", "rutger", "s1", None, None),
+        _hooks_line(9, "session_completed", "user:sanne", "rutger", "s1", "c1", None),
+        _hooks_line(9.1, "hook_fired", "rutger", "saskia", "s1", "c1", None),
+        _hooks_line(9.2, "session_started", "rutger", "saskia", "s2", None, "c1"),
+        _hooks_line(26, "session_completed", "rutger", "saskia", "s2", "c2", "c1"),
+        _hooks_line(26.1, "hook_fired", "saskia", "rutger", "s2", "c2", "c1"),  # line 6
+        _hooks_line(26.2, "session_started", "saskia", "rutger", "s3", None, "c2"),
+        _hooks_line(40, "session_completed", "saskia", "rutger", "s3", "c3", "c2"),
+        _hooks_line(120, "session_started", "cron", "annegreet", "s4", None, None),
+        _hooks_line(130, "session_completed", "cron", "annegreet", "s4", "c4", None),
+        _hooks_line(130.1, "hook_fired", "annegreet", "eltjo", "s4", "c4", None),  # line 11
+        _hooks_line(130.2, "session_started", "annegreet", "eltjo", "s5", None, "c4"),
+        _hooks_line(140, "session_completed", "annegreet", "eltjo", "s5", "c5", "c4"),
+    ]
+    log = tmp_path / "logs" / "hooks.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    store = _store(tmp_path, [log])
+    doc = api.guards(store, presets=["hooks-fix"]).document
+    assert doc["log"]["findings"] == 0
+    for name, line in (("hooks-cycle", 6), ("hooks-isolation", 11)):
+        g = _guard(doc, name)
+        assert g["blocked"]["events"] == g["false_blocks"] == g["trips"] == 1, name
+        assert [(x["file"], x["line"]) for x in g["false_block_examples"]] == [(str(log), line)]
+        assert g["false_blocks_upper"] == 2  # the hook and the session it would have started
+        assert g["false_block_share"] > 0
+    # a window shorter than the 17 minutes between the hops lets the round trip through
+    sweep = api.guards(store, presets=["hooks-fix"], sweep="hooks-cycle.window=10m..30m")
+    at = {r["value"]: r["false_blocks"] for r in sweep.document["sweep"]["rows"]}
+    assert at["15m"] == 0 and at["20m"] == 1
 
 
 def test_the_contract_is_complete_and_deterministic(samples, lab):
@@ -146,9 +191,13 @@ def test_a_sweep_marks_the_defaults_and_recommends_a_setting(samples):
     assert values[0] == "5m" and values[-1] == "1h" and "30m" in values
     assert {"label": "hooks-fix: hooks-cycle", "value": "30m"} in sw["marks"]
     at = {r["value"]: r for r in sw["rows"]}
-    assert at["30m"]["false_blocks"] == 1 and at["5m"]["saved_usd"] == 0
+    assert at["5m"]["saved_usd"] == 0 and at["10m"]["saved_usd"] > 100
+    # up to 30 minutes no healthy hook is refused; the review round trips, back after 34 and
+    # 40 minutes, are refused by the wider windows
+    assert at["30m"]["false_blocks"] == 0 and at["40m"]["false_blocks"] == 2
+    assert at["30m"]["saved_usd"] > at["10m"]["saved_usd"]  # the three-agent ring too
     rec = sw["recommended"]
-    assert rec["false_blocks"] == 0 and rec["saved_usd"] > 100
+    assert rec["value"] == "30m" and rec["false_blocks"] == 0 and rec["saved_usd"] > 200
 
 
 def test_the_fast_replay_and_the_numpy_selection_agree_with_the_plain_ones(samples):
@@ -196,7 +245,7 @@ def test_guards_scan_first_when_no_saved_scan_covers_the_store(tmp_path):
     api.ingest([str(SAMPLES / "hooks")], store)
     got = api.guards(store, presets=["hooks-fix"])
     assert got.source.startswith("a new scan")
-    assert _guard(got.document, "hooks-cycle")["blocked"]["events"] == 3
+    assert _guard(got.document, "hooks-cycle")["blocked"]["events"] == 2  # one closing hop a cycle
     again = api.guards(store, presets=["hooks-fix"])
     assert again.source.startswith("saved run") and again.document == got.document
 
@@ -244,3 +293,4 @@ def test_no_guard_named_is_a_clear_error(samples):
 
     with pytest.raises(ConfigError, match="presets: adopted"):
         api.guards(samples)
+

@@ -3,6 +3,7 @@ keys agree with what the files actually contain (counted here with plain `json`)
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 from collections import Counter
@@ -436,3 +437,24 @@ def test_hooks_healthy_chains_end(twins):
     for h in sec["healthy"]:
         chain = lineage(records, h["root_session"])
         assert [r["target_agent"] for r in chain if r["event"] == "session_started"] == h["agents"]
+
+
+def test_hooks_healthy_traffic_is_what_the_adopted_guards_allow_and_still_a_decoy(twins):
+    """The twin's healthy hooks pass the write-up's adopted layers (so a replay of them finds
+    zero false blocks) and still look like the loops: a review goes R → S → R along its lineage
+    (one lap), and both agents of the A→B→A cycle run in a chain that ends."""
+    d, sec = section(twins, "hooks")
+    records = read(d / sec["file"])
+    monitoring = {"annegreet", "eltjo", "victoria", "nessa", "mira"}
+    fired = [r for r in records if r["event"] == "hook_fired"]
+    assert not [r for r in fired if {r["source_agent"], r["target_agent"]} <= monitoring]
+    reviews = [h for h in sec["healthy"] if h["kind"] == "review_round_trip"]
+    assert len(reviews) == 2
+    for h in reviews:
+        hops = [r for r in lineage(records, h["root_session"]) if r["event"] == "hook_fired"]
+        there, back = hops
+        assert there["source_agent"] == back["target_agent"] == h["agents"][0] == h["agents"][-1]
+        gap = dt.datetime.fromisoformat(back["ts"]) - dt.datetime.fromisoformat(there["ts"])
+        assert dt.timedelta(minutes=30) < gap < dt.timedelta(minutes=45)
+    handed = [h for h in sec["healthy"] if {"annegreet", "eltjo"} <= set(h["agents"])]
+    assert len(handed) == 1 and handed[0]["hooks_fired"] >= 2

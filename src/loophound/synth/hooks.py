@@ -4,7 +4,16 @@ Incidents: monitoring agents re-triggering each other through post-completion ho
 (annegreet ↔ eltjo) and a 3-agent ring (victoria → nessa → mira → victoria). Every hop is a
 new session with a new completion id and `hook_origin_depth` 0, so only the lineage through
 `parent_completion_id` shows the cycle. Healthy: cron- and user-started chains that end,
-including a review round trip R → S → R and a single annegreet → eltjo hand-off.
+including a review round trip R → S → R and a hand-off through two monitoring agents
+(urszula → annegreet → koen → eltjo).
+
+The healthy traffic is traffic the write-up's adopted guards allow, so that a replay of those
+guards (`loophound guards`) can show zero false blocks on the clean twin: a review takes its
+reviewer over half an hour, so the round trip's return hop comes more than 30 minutes after the
+first (the 30-minute cycle check refuses any B→A within 30 minutes of A→B), and monitoring
+agents hand work to and take it from other agents but never hook each other (isolation). Both
+stay decoys for trigger_cycle: the round trip is one lap along its lineage, the hand-off puts
+the cycle's own agents in a chain that ends.
 
 Lines are `json.dumps` with default separators, keys in the documented order, sorted by `ts`.
 """
@@ -22,6 +31,9 @@ from ._common import UTC, hex_id, stream, write_lines
 
 DAY = dt.datetime(2026, 4, 22, tzinfo=UTC)
 MONITORING = {"annegreet", "eltjo", "victoria", "nessa", "mira"}
+# a review keeps its reviewer over half an hour: the return hop R ← S comes after the 30-minute
+# cycle-check window of the first hop R → S has passed
+REVIEW_MINUTES = (31.0, 40.0)
 Record = dict[str, Any]
 
 
@@ -41,16 +53,18 @@ class _Dispatcher:
         self.events.append((ts, len(self.events), rec))
 
     def chain(self, rng: random.Random, started_by: str, agents: list[str],
-              start: dt.datetime) -> Record:
-        """Run `agents` one after another, each started by the previous one's hook."""
+              start: dt.datetime, minutes: dict[str, tuple[float, float]] | None = None) -> Record:
+        """Run `agents` one after another, each started by the previous one's hook; a session
+        of an agent in `minutes` lasts that many minutes (low, high), others their usual."""
+        minutes = minutes or {}
         start += dt.timedelta(microseconds=rng.randrange(1, 1_000_000))  # never a whole second
         source, parent, t, cost, root = started_by, None, start, 0.0, None
         for i, agent in enumerate(agents):
             session, completion = f"ses_{hex_id(rng, 16)}", f"cmpl_{hex_id(rng, 20)}"
             root = root or session
             self.emit(t, "session_started", source, agent, None, session, parent)
-            t += dt.timedelta(minutes=rng.uniform(6, 13) if agent in MONITORING else
-                              rng.uniform(3, 40), microseconds=rng.randrange(1_000_000))
+            low, high = minutes.get(agent, (6, 13) if agent in MONITORING else (3, 40))
+            t += dt.timedelta(minutes=rng.uniform(low, high), microseconds=rng.randrange(1_000_000))
             price = round(rng.uniform(2.3, 2.7) if agent in MONITORING else
                           rng.uniform(0.4, 4.0), 2)
             cost += price
@@ -83,9 +97,10 @@ def write_hooks_log(outdir: Path, seed: int = 7, *, incident: bool = True,
         rng = stream(seed, f"hooks-review-{k}")
         start = DAY + dt.timedelta(hours=hour)
         healthy.append({"kind": "review_round_trip"} | d.chain(
-            rng, "user:sanne", ["rutger", "saskia", "rutger"], start))
+            rng, "user:sanne", ["rutger", "saskia", "rutger"], start,
+            minutes={"saskia": REVIEW_MINUTES}))
     rng = stream(seed, "hooks-handoff")
-    healthy.append({"kind": "chain"} | d.chain(rng, "cron", ["annegreet", "eltjo"],
+    healthy.append({"kind": "chain"} | d.chain(rng, "cron", ["urszula", "annegreet", "koen", "eltjo"],
                                                DAY + dt.timedelta(hours=7, minutes=30)))
     incidents = []
     if incident:
