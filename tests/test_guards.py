@@ -294,3 +294,46 @@ def test_no_guard_named_is_a_clear_error(samples):
     with pytest.raises(ConfigError, match="presets: adopted"):
         api.guards(samples)
 
+
+def test_investigate_with_guards_gives_the_report_with_the_section_in_one_command(tmp_path):
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "SOURCE_DATE_EPOCH": "1767225600"}
+    hooks = str(SAMPLES / "hooks")
+    out = tmp_path / "with.html"
+    done = subprocess.run([*CLI, "investigate", hooks, "--out", str(out), "--preset", "hooks-had",
+                           "--preset", "hooks-fix", "--sweep", "hooks-cycle.window=10m..1h"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "hooks-cycle" in done.stdout and "recommended: window = 30m" in done.stdout
+    html = out.read_text(encoding="utf-8")
+    assert '<section id="guards"' in html and 'id="chart-guards-sweep"' in html
+    assert '<a href="#guards">What would have stopped it</a>' in html
+    assert html.index('<section id="incidents"') < html.index('<section id="guards"')
+    # the same section as `loophound guards ... --report` over the same logs
+    other = tmp_path / "guards.html"
+    api.guards(tmp_path / "store", [hooks], presets=["hooks-had", "hooks-fix"],
+               sweep="hooks-cycle.window=10m..1h", report=other, generated_at="2026-01-01T00:00:00Z")
+
+    def section(text: str) -> str:
+        start = text.index('<section id="guards"')
+        return text[start:text.index("</section>", start)]
+
+    assert section(html) == section(other.read_text(encoding="utf-8"))
+    assert "hooks-cycle" in section(html) and "hooks-exclude-self" in section(html)
+
+    plain = tmp_path / "without.html"
+    done = subprocess.run([*CLI, "investigate", hooks, "--out", str(plain)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    html = plain.read_text(encoding="utf-8")
+    assert 'href="#guards"' not in html and 'id="guards"' not in html
+
+    # the guards are checked before a log is read: one line, exit 2, no report
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[guard]]\nname = "c"\ntype = "cycle"\nwindow = "30 minutes"\n')
+    for options in (["--spec", str(bad)], ["--preset", "adoptd"], ["--sweep", "x.window=1m..2m"]):
+        lost = tmp_path / "never.html"
+        done = subprocess.run([*CLI, "investigate", hooks, "--out", str(lost), *options],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 2, options
+        assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert "reading the logs" not in done.stderr and not lost.exists()

@@ -311,12 +311,14 @@ class Browser:
 # -- the tests -----------------------------------------------------------------------------------
 
 
-def _investigate(paths: list[Path], tmp: Path, out: Path) -> subprocess.CompletedProcess:
+def _investigate(paths: list[Path], tmp: Path, out: Path,
+                 *options: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600"}
     # the interpreter running the tests, not whatever `loophound` is on PATH
     cli = [sys.executable, "-c", "from loophound.cli import run; run()"]
     return subprocess.run(
-        [*cli, "investigate", *map(str, paths), "--store", str(tmp / "store"), "--out", str(out)],
+        [*cli, "investigate", *map(str, paths), "--store", str(tmp / "store"), "--out", str(out),
+         *options],
         capture_output=True, text=True, env=env, timeout=600,
     )
 
@@ -412,3 +414,53 @@ def sample_report(tmp_path_factory) -> Path:
     r = _investigate([root], tmp, out)
     assert r.returncode == 0, r.stderr + r.stdout
     return out
+
+
+@pytest.fixture(scope="module")
+def guarded_report(tmp_path_factory) -> Path:
+    """`investigate` with guards: the report with the section "What would have stopped it"."""
+    root = Path(__file__).resolve().parents[1] / "sample_logs"
+    tmp = tmp_path_factory.mktemp("guarded")
+    out = tmp / "incident.html"
+    r = _investigate([root / "hooks", root / "bproxy"], tmp, out, "--preset", "had", "--preset",
+                     "adopted", "--sweep", "hooks-cycle.window=5m..1h")
+    assert r.returncode == 0, r.stderr + r.stdout
+    return out
+
+
+TOC = """(() => {
+  const links = Array.from(document.querySelectorAll('nav.toc a'));
+  return {hrefs: links.map(a => a.getAttribute('href')),
+          missing: links.filter(a => !document.getElementById(a.getAttribute('href').slice(1)))
+                        .map(a => a.getAttribute('href')),
+          sections: Array.from(document.querySelectorAll('section[id]')).map(s => s.id)};
+})()"""
+
+
+@pytest.mark.browser
+def test_the_table_of_contents_links_every_section_it_names(browser, sample_report,
+                                                            guarded_report):
+    _load(browser, sample_report)
+    plain = browser.eval(TOC)
+    assert plain["missing"] == [] and len(plain["hrefs"]) >= 8
+    assert "#guards" not in plain["hrefs"] and "guards" not in plain["sections"]
+
+    page = _load(browser, guarded_report)
+    assert browser.console_errors() == [] and page["failed"] == 0
+    toc = browser.eval(TOC)
+    assert toc["missing"] == []
+    # the guards' entry sits where the section sits: after the runaway loops
+    at = plain["hrefs"].index("#incidents") + 1
+    assert toc["hrefs"] == plain["hrefs"][:at] + ["#guards"] + plain["hrefs"][at:]
+    assert toc["sections"].index("guards") == toc["sections"].index("incidents") + 1
+    # following the link brings the section to the top of the window
+    jumped = browser.eval("""(() => {
+      window.scrollTo(0, 0);
+      document.querySelector('nav.toc a[href="#guards"]').click();
+      const s = document.getElementById('guards');
+      return {top: Math.round(s.getBoundingClientRect().top), y: window.scrollY,
+              hash: location.hash, rows: s.querySelectorAll('table.guards tbody tr').length,
+              plots: s.querySelectorAll('div[data-fig] .main-svg').length};
+    })()""")
+    assert jumped["hash"] == "#guards" and jumped["y"] > 0 and abs(jumped["top"]) <= 2
+    assert jumped["rows"] == 16 and jumped["plots"] >= 1

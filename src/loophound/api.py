@@ -32,6 +32,7 @@ from .store import DEFAULT_STORE, Store
 if TYPE_CHECKING:
     import polars as pl
 
+    from .guards import Spec, Sweep
     from .scan import ScanResult
 
 PathLike = str | os.PathLike
@@ -210,6 +211,7 @@ class Investigation:
     report: ReportResult
     ingest: IngestReport | None
     scan: ScanResult
+    guards: dict | None = None  # the loophound.guards/v1 replay, when guards were named
 
 
 def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *,
@@ -218,13 +220,18 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 prices: PathLike | None = None, cost_per_call: float | None = None,
                 on_ingest: Callable[[IngestReport], None] | None = None,
                 step: Callable[[str], Any] | None = None, format: str | None = None,  # noqa: A002
-                mapping: dict | None = None) -> Investigation:
+                mapping: dict | None = None, spec: PathLike | None = None,
+                presets: Sequence[str] = (), sweep: str | None = None) -> Investigation:
     """Ingest, scan and report in one go. Without `store`, a temporary store holds exactly
-    `paths` and is removed at the end. With a `store` and no `paths`, the store as it is."""
+    `paths` and is removed at the end. With a `store` and no `paths`, the store as it is.
+    With guards (a `spec` file and/or `presets`, optionally a `sweep`, as `guards` takes
+    them) they are replayed over this scan and the report has the section "What would have
+    stopped it"; the guards are checked before any log is read."""
     from contextlib import nullcontext
 
     from .report import build, write
 
+    plan = _guard_plan(spec, presets, sweep) if spec or presets or sweep else None
     step = step or (lambda _text: nullcontext())
     tmp = None
     if store is None:
@@ -240,12 +247,17 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
         with step("detecting loops and attributing cost"):
             result = scan(store, config=config, settings=settings, prices=prices,
                           cost_per_call=cost_per_call)
+        replayed = None
+        if plan is not None:
+            with step("replaying the guards"):
+                saved = load_run(Store(store), result.saved_in) if result.saved_in else None
+                replayed = _replay(result, plan, saved.number if saved else None)
         with step("writing the report"):
-            size = write(build(result, generated_at), Path(out))
+            size = write(build(result, generated_at, guards=replayed), Path(out))
         where = result.saved_in or Store(store).root
         made = ReportResult(Path(out), size, result.document, f"this scan (saved in {where})")
         result.con.close()
-        return Investigation(made, ingested, result)
+        return Investigation(made, ingested, result, replayed)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -258,6 +270,29 @@ class GuardsResult:
     report: ReportResult | None = None
 
 
+def _guard_plan(spec: PathLike | None, presets: Sequence[str],
+                sweep: str | None) -> tuple[Spec, Sweep | None]:
+    """The guards named (a spec file and/or presets), combined and checked, and the sweep
+    over one of their parameters: every mistake is found before any log is read."""
+    from .guards import combine, load_spec, parse_sweep, preset_names, preset_spec
+
+    specs = ([load_spec(spec)] if spec else []) + [preset_spec(p) for p in presets]
+    if not specs:
+        raise ConfigError("name the guards to replay: a spec file (TOML [[guard]] tables) or a "
+                          f"preset; presets: {', '.join(preset_names())}")
+    combined = combine(specs)
+    return combined, parse_sweep(sweep, combined) if sweep else None
+
+
+def _replay(opened: Any, plan: tuple[Spec, Sweep | None], run_number: int | None,
+            on_guard: Callable[[str], Any] | None = None) -> dict:
+    """The `loophound.guards/v1` document of `plan` over a scan (new or saved) that is open."""
+    from .guards import run
+
+    spec, swept = plan
+    return run(opened.con, opened.document, opened.unit_kinds, spec, swept, run_number, on_guard)
+
+
 def guards(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
            spec: PathLike | None = None, presets: Sequence[str] = (), sweep: str | None = None,
            report: PathLike | None = None, generated_at: dt.datetime | str | None = None,
@@ -268,15 +303,7 @@ def guards(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *
     covers everything the store holds, it scans first (saving the run where a scan would).
     `sweep` (`GUARD.PARAM=LO..HI`) replays one parameter over a range; `report` writes the
     HTML report with the section "What would have stopped it"."""
-    from .guards import combine, load_spec, parse_sweep, preset_names, preset_spec
-    from .guards import run as replay
-
-    specs = ([load_spec(spec)] if spec else []) + [preset_spec(p) for p in presets]
-    if not specs:
-        raise ConfigError("name the guards to replay: a spec file (TOML [[guard]] tables) or a "
-                          f"preset; presets: {', '.join(preset_names())}")
-    combined = combine(specs)
-    swept = parse_sweep(sweep, combined) if sweep else None
+    plan = _guard_plan(spec, presets, sweep)
     s = _store(store)
     if paths:
         ingest(paths, s)
@@ -293,8 +320,7 @@ def guards(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *
         saved = load_run(s, opened.saved_in)  # the run this scan saved
         source, number = f"a new scan ({why}; saved in {where})", saved.number if saved else None
     try:
-        doc = replay(opened.con, opened.document, opened.unit_kinds, combined, swept, number,
-                     on_guard)
+        doc = _replay(opened, plan, number, on_guard)
         made = None
         if report is not None:
             from .report import build, write

@@ -21,9 +21,23 @@ def _presets_help() -> str:
             "write-ups adopted; `frameworks` the frameworks' defaults.")
 
 
+def guard_options() -> tuple:
+    """The options that name the guards to replay (`--spec`, `--preset`, `--sweep`), one
+    definition for `guards` and `investigate`."""
+    spec = Annotated[Path | None, typer.Option(
+        "--spec", help="TOML file of [[guard]] tables (see the README: `loophound guards`).")]
+    preset = Annotated[list[str] | None, typer.Option("--preset", help=_presets_help())]
+    sweep = Annotated[str | None, typer.Option(
+        "--sweep", help="Replay one parameter over a range: GUARD.PARAM=LO..HI, e.g. "
+                        "hooks-cycle.window=5m..1h.")]
+    return spec, preset, sweep
+
+
 def register(app: typer.Typer) -> None:
     from ..store import DEFAULT_STORE
     from .shell import StoreOpt, err, out, shown, user_errors, write_json
+
+    SpecOpt, PresetOpt, SweepOpt = guard_options()
 
     @app.command("guards")
     def guards_cmd(
@@ -31,17 +45,12 @@ def register(app: typer.Typer) -> None:
             help="Log files, directories or globs to ingest first (none: the store as it "
                  "is).")] = None,
         store: StoreOpt = Path(DEFAULT_STORE),
-        spec: Annotated[Path | None, typer.Option(
-            "--spec", help="TOML file of [[guard]] tables (see the README: `loophound "
-                           "guards`).")] = None,
-        preset: Annotated[list[str] | None, typer.Option(
-            "--preset", help=_presets_help())] = None,
+        spec: SpecOpt = None,
+        preset: PresetOpt = None,
         json_out: Annotated[Path | None, typer.Option(
             "--json", help="Write the replay (loophound.guards/v1) to this file; - for "
                            "standard output.")] = None,
-        sweep: Annotated[str | None, typer.Option(
-            "--sweep", help="Replay one parameter over a range: GUARD.PARAM=LO..HI, e.g. "
-                            "hooks-cycle.window=5m..1h.")] = None,
+        sweep: SweepOpt = None,
         report: Annotated[Path | None, typer.Option(
             "--report", help="Also write the HTML incident report, with the section “What "
                              "would have stopped it”.")] = None,

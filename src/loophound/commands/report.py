@@ -32,6 +32,7 @@ def _when(value: str | None) -> dt.datetime | None:
 
 def register(app: typer.Typer) -> None:
     from ..store import DEFAULT_STORE
+    from .guards import guard_options, print_guards, print_sweep
     from .shell import (
         SEVERITIES,
         CallCostOpt,
@@ -53,6 +54,7 @@ def register(app: typer.Typer) -> None:
         user_errors,
     )
 
+    SpecOpt, PresetOpt, SweepOpt = guard_options()
     OutOpt = Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write (its folder "
                                                                "is created).")]
     GeneratedOpt = Annotated[str | None, typer.Option(
@@ -128,11 +130,16 @@ def register(app: typer.Typer) -> None:
         list_findings: FindingsListOpt = False,
         fmt: FormatOpt = None,
         mapping: MappingOpt = None,
+        spec: SpecOpt = None,
+        preset: PresetOpt = None,
+        sweep: SweepOpt = None,
     ) -> None:
         """Ingest PATHs, detect runaway loops, attribute their cost, write the HTML report.
 
         With --store and no PATHs: scan and report what the store holds (a read-only copy
         included: its findings then go to a temporary folder, and the store is not changed).
+        With guards (--preset, --spec, optionally --sweep, as `loophound guards` takes them)
+        the report also shows what each would have stopped.
 
         Example: loophound investigate sample_logs/ --out reports/incident.html
         """
@@ -154,9 +161,14 @@ def register(app: typer.Typer) -> None:
                                    settings=set_ or [], prices=prices,
                                    cost_per_call=cost_per_call, on_ingest=show,
                                    step=lambda text: step(text, spinner=text != "reading the logs"),
-                                   format=fmt, mapping=load_mapping_file(mapping))
+                                   format=fmt, mapping=load_mapping_file(mapping),
+                                   spec=spec, presets=preset or [], sweep=sweep)
         if done.scan.saved_in is not None:
             err.print(f"findings saved in {shown(done.scan.saved_in)} (the store is read-only evidence "
                       "and was not changed)", highlight=False)
+        if done.guards is not None:
+            print_guards(done.guards)
+            if done.guards.get("sweep"):
+                print_sweep(done.guards["sweep"])
         reported(done.report, list_findings)
         raise typer.Exit(exit_status(done.report.document, fail_on))

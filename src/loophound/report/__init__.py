@@ -30,7 +30,7 @@ def build(result: Any, generated_at: dt.datetime | str | None = None,
     """The report of a `ScanResult` (or a saved run) as one HTML string; with `guards` (a
     `loophound.guards/v1` document), the section "What would have stopped it" too."""
     report = gather(result, generated_at)
-    report.guards = guards  # read by sections/guards.py only
+    report.guards = guards
     return render(report)
 
 

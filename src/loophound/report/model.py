@@ -179,6 +179,7 @@ class Report:
     incidents: list[dict] = field(default_factory=list)  # the document's, in its order
     labels: dict[str, str] = field(default_factory=dict)  # incident id → I1, I2, ...
     incident_of: dict[str, str] = field(default_factory=dict)  # finding id → incident id
+    guards: dict | None = None  # a loophound.guards/v1 replay: the section and its TOC entry
 
     @property
     def headline_text(self) -> str:

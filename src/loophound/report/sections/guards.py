@@ -1,5 +1,6 @@
 """What would have stopped it: the guard lab's replay, side by side (a `loophound.guards/v1`
-document, present when the report was made by `loophound guards ... --report FILE`).
+document, present when the report was made with guards: `loophound guards ... --report FILE`
+or `loophound investigate ... --preset NAME`).
 
 Reads the document only (it does not import `loophound.guards`): a table of the guards, what
 each would have refused and prevented and what it refused of the healthy traffic; a table of
@@ -197,7 +198,7 @@ def _sweep(sw: dict, charts: Charts) -> str:
 
 
 def render(r: Report, charts: Charts) -> str:
-    doc = getattr(r, "guards", None)
+    doc = r.guards
     if not doc:
         return ""
     log = doc["log"]

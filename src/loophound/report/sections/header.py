@@ -11,6 +11,15 @@ NAV = (("coverage", "What could be judged"), ("timeline", "Timeline"),
        ("attribution", "Attribution"), ("incidents", "Runaway loops"),
        ("talkers", "Top talkers"), ("errors", "Error codes"), ("costs", "Cost"),
        ("method", "Method and inputs"))
+GUARDS = ("guards", "What would have stopped it")  # after the loops, when guards were replayed
+
+
+def contents(r: Report) -> list[tuple[str, str]]:
+    """The table of contents: (anchor, title) of each section the page holds, in its order."""
+    if not r.guards:
+        return list(NAV)
+    at = [a for a, _ in NAV].index("incidents") + 1
+    return [*NAV[:at], GUARDS, *NAV[at:]]
 
 
 def render(r: Report, charts: Charts) -> str:
@@ -19,7 +28,7 @@ def render(r: Report, charts: Charts) -> str:
         f'<div class="kpi-value">{fmt.esc(value)}</div>'
         f'<div class="kpi-note">{fmt.esc(note)}</div></div>' for label, value, note in r.kpis)
     notes = "".join(f"<li>{fmt.rich(n)}</li>" for n in r.cost_notes)
-    nav = " · ".join(f'<a href="#{a}">{fmt.esc(t)}</a>' for a, t in NAV)
+    nav = " · ".join(f'<a href="#{a}">{fmt.esc(t)}</a>' for a, t in contents(r))
     return f"""<header class="top">
 <div class="meta">loophound {fmt.esc(r.tool_version)} · incident report · generated
 <time class="generated">{fmt.esc(r.generated_at)}</time></div>
