@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, formats
+from . import __version__
 from .commands.shell import (
     DEFAULT_STORE,
     SEVERITIES,
@@ -107,6 +107,8 @@ def formats_cmd() -> None:
 
     Example: loophound formats
     """
+    from . import formats
+
     table = Table(show_edge=False, header_style="bold")
     table.add_column("format")
     table.add_column("description")

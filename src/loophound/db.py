@@ -117,6 +117,12 @@ def scratch() -> duckdb.DuckDBPyConnection:
     return cur
 
 
+def is_attached(path: str) -> bool:
+    """Whether the shared database has the DuckDB file at `path` attached at this moment (a
+    use of `open_file` is in progress)."""
+    return path in _HOST.attached
+
+
 @contextmanager
 def open_file(path: str, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the DuckDB file at `path`. Nested uses of one

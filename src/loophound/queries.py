@@ -337,9 +337,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: str | NamedQuery,
     q = load(query) if isinstance(query, str) else query
     bound = q.bind(params)
     if "event_costs" in q.sql and not _defined(con, "event_costs"):
-        from .attribute.costs import define_cost_view, load_cost_model
-
-        define_cost_view(con, load_cost_model())
+        _define_costs(con)
     return con.execute(q.sql, bound)
 
 
@@ -479,7 +477,8 @@ def _one_select(sql: str) -> bool:
         return False
 
 
-def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
+def readonly_connection(store: Store, costs=None, *,
+                        costs_when_used: bool = False) -> duckdb.DuckDBPyConnection:
     """The store's views on an in-memory connection that cannot write anywhere it matters.
 
     After the views are defined, DuckDB may open no file but the committed Parquet files
@@ -489,14 +488,18 @@ def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
     read-only kind of allowed path, so statements must still pass `check_read_only`; and in
     case one that writes ever got past it, the committed files have no write permission on
     disk (`Store.seal`), and `check_untouched` tells, after each statement, whether any of
-    them changed."""
-    from .attribute.costs import define_cost_view, load_cost_model
+    them changed.
 
+    `event_costs` prices every event, which takes a pass over all of them (a quarter of a
+    one-line query's time on a 1.2 M-line log): with `costs_when_used`, it is made only when
+    a statement run through `run` may read it (see `needs_costs`)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
         con = store.connect(isolated=True)
     files = store.committed_files()
-    define_cost_view(con, costs or load_cost_model())
+    _COSTS_LATER[con] = costs
+    if not costs_when_used:
+        _define_costs(con)
     readable = sorted({f for fs in files.values() for f in fs})
     spill = tempfile.mkdtemp(prefix="loophound-sql-")
     weakref.finalize(con, shutil.rmtree, spill, True)  # when the connection goes, or at exit
@@ -509,6 +512,55 @@ def readonly_connection(store: Store, costs=None) -> duckdb.DuckDBPyConnection:
     con.execute("SET lock_configuration = true")
     _READ.setdefault(con, _fingerprints(readable))
     return con
+
+
+# per read-only connection whose `event_costs` is not made yet: the cost model to make it with
+# (None: the default)
+_COSTS_LATER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+# What in a statement says it may read `event_costs`: its name, or a look at the catalog of
+# views (which lists it). Text, not tokens: a false alarm costs time, never a wrong answer; a
+# name built at run time (`query_table(...)`) is caught by `run` when DuckDB misses it.
+COSTS_WORDS = ("event_costs", "duckdb_", "information_schema", "pg_", "sqlite_", "show",
+               "describe", "summarize", "pragma", "query")
+
+
+def needs_costs(sql: str) -> bool:
+    low = sql.lower()
+    return any(w in low for w in COSTS_WORDS)
+
+
+def define_pending(con: duckdb.DuckDBPyConnection) -> None:
+    """Make every view a read-only connection left until it is used (`event_costs`)."""
+    if con in _COSTS_LATER:
+        _define_costs(con)
+
+
+def _define_costs(con: duckdb.DuckDBPyConnection) -> bool:
+    """Make `event_costs` on `con` (with the model it was opened with); False when it was
+    made already."""
+    from .attribute.costs import define_cost_view, load_cost_model
+
+    if con not in _COSTS_LATER and _defined(con, "event_costs"):
+        return False
+    costs = _COSTS_LATER.pop(con, None)
+    define_cost_view(con, costs or load_cost_model())
+    return True
+
+
+def run(con: duckdb.DuckDBPyConnection, sql: str,
+        params: Mapping[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """Run one statement that passed `check_read_only` on a read-only connection, making
+    first what it may read that was left until used; the result is pending on `con`."""
+    if con in _COSTS_LATER and needs_costs(sql):
+        _define_costs(con)
+    try:
+        return con.execute(sql, params)
+    except duckdb.CatalogException as exc:
+        if "event_costs" not in str(exc) or con not in _COSTS_LATER:
+            raise
+        _define_costs(con)
+        return con.execute(sql, params)
 
 
 # per read-only connection: the files it may read, as they were when it was opened

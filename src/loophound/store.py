@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import pyarrow.parquet as pq
 
 from . import db
 from .errors import StoreBusy, StoreMissing, StoreReadOnly
@@ -451,12 +450,14 @@ def since_full_scan(files: list) -> list:
 ADDED = "-added.parquet"
 
 
-def parquet_select(files: list[str], columns) -> str:
+def parquet_select(con: duckdb.DuckDBPyConnection, files: list[str], columns) -> str:
     """All of `files` as one relation with every one of `columns`. Files are in commit order,
     and the newest has every column this version writes; columns it lacks (a store written
-    by an earlier version) read as NULL."""
+    by an earlier version) read as NULL. (Its footer is read by `con`'s DuckDB, not pyarrow,
+    which `loophound sql` would spend 0.3 s importing.)"""
     if files:
-        have = set(pq.read_schema(files[-1]).names)
+        have = {r[0] for r in con.execute(
+            f"DESCRIBE SELECT * FROM read_parquet({db.sql_literal(files[-1])})").fetchall()}
         missing = "".join(f', CAST(NULL AS {c.sql_type}) AS "{c.name}"'
                           for c in columns if c.name not in have)
         return f"SELECT *{missing} FROM read_parquet({db.sql_list(files)}, union_by_name = true)"
@@ -503,7 +504,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     never holds a lock that would stall the next scan.
     """
     files = store.committed_files(since)
-    events = parquet_select(files["events"], COLUMNS)
+    events = parquet_select(con, files["events"], COLUMNS)
     if since is not None:
         events = f"SELECT * FROM ({events}) WHERE {_at_or_after(since)}"
         if _KEPT.on:
@@ -531,7 +532,7 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
         return
     con.execute(
         "CREATE OR REPLACE TEMP VIEW quarantine AS "
-        f"{parquet_select(files['quarantine'], QUARANTINE_COLUMNS)} UNION ALL BY NAME "
+        f"{parquet_select(con, files['quarantine'], QUARANTINE_COLUMNS)} UNION ALL BY NAME "
         """SELECT display_path AS file, lines + 1 AS line, pending_offset AS byte_offset,
              pending_length AS byte_length, 'truncated_last_line' AS reason,
              'last line has no newline (cut off, or still being written); '
@@ -555,13 +556,13 @@ def define_finding_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[s
     """`findings` and `finding_events`: the last scan's findings and the events each claims
     (empty, with their columns, before any scan has run)."""
     con.execute("CREATE OR REPLACE TEMP VIEW findings AS "
-                + parquet_select(files.get("findings", []), FINDING_COLUMNS))
+                + parquet_select(con, files.get("findings", []), FINDING_COLUMNS))
     claims = files.get("finding_events", [])
     # several files: a full scan's claims and what scheduled scans added; a finding a later
     # scan found afresh may repeat some
     unique = "SELECT DISTINCT * FROM " if len(claims) > 1 else "SELECT * FROM "
     con.execute("CREATE OR REPLACE TEMP VIEW finding_events AS "
-                f"{unique}({parquet_select(claims, FINDING_EVENT_COLUMNS)})")
+                f"{unique}({parquet_select(con, claims, FINDING_EVENT_COLUMNS)})")
 
 
 def _at_or_after(since: dt.datetime) -> str:
@@ -601,7 +602,7 @@ class _KeptWindows:
             new = [f for f in files if f not in w.files]
             if new:
                 con.execute(f"INSERT INTO {w.table} BY NAME SELECT * FROM "
-                            f"({parquet_select(new, COLUMNS)}) WHERE {_at_or_after(since)}")
+                            f"({parquet_select(con, new, COLUMNS)}) WHERE {_at_or_after(since)}")
             w.dropped += con.execute(
                 f"DELETE FROM {w.table} WHERE NOT ({_at_or_after(since)})").fetchall()[0][0]
             w.files.update(new)
@@ -624,49 +625,114 @@ def keep_windows() -> None:
 
 
 def _copy_catalog(con: duckdb.DuckDBPyConnection, store: Store) -> int:
-    """Copy the catalog's `inputs` and `outcomes` into `con` (`_inputs`, `_outcomes`); a copy
-    of the folders without a catalog has them as its last scan saved them. Returns how many
-    late outcomes there are."""
-    def snapshot(kind: str) -> Path | None:
-        found = sorted((store.root / "findings").glob(f"{kind}-*.parquet"))
-        return found[-1] if found else None
+    """Copy the catalog's `inputs`, `skipped` and `outcomes` into `con` (`_inputs`, `skipped`,
+    `_outcomes`); a copy of the folders without a catalog has them as its last scan saved
+    them. DuckDB copies them from database to database: no Arrow on the way, so `loophound
+    sql` never imports pyarrow (0.3 s). Returns how many late outcomes there are."""
+    if not store.catalog.exists():
+        return _copy_snapshots(con, store)
+    with store.catalog_connection(read_only=True) as cat:
+        name = cat.execute("SELECT current_database()").fetchall()[0][0]
+        if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                       [name]).fetchall()[0][0]:  # a cursor on the process's shared database
+            return _copy_tables(con, _catalog_tables(con, name))
+    path = str(store.catalog.resolve())
+    if db.is_attached(path):
+        # held by this process's shared database (a writer's open catalog): a second handle
+        # on the file, closed, would release the process's lock on it (POSIX locks are the
+        # process's); copy through Arrow instead
+        return _copy_through_arrow(con, store)
+    with _attached(con, path) as name:  # `con` is a database of its own (the `sql` sandbox)
+        return _copy_tables(con, _catalog_tables(con, name))
 
-    skipped = None
-    if store.catalog.exists():
-        with store.catalog_connection(read_only=True) as cat:
-            inputs = cat.sql("SELECT * FROM inputs ORDER BY input_id").to_arrow_table()
-            if cat.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
-                           "current_database() AND table_name = 'skipped'").fetchall()[0][0]:
-                skipped = cat.sql("SELECT path, reason FROM skipped").to_arrow_table()
-            has = cat.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
-                              "current_database() AND table_name = 'outcomes'").fetchall()[0][0]
-            outcomes = cat.sql("SELECT * FROM outcomes").to_arrow_table() if has else None
-    else:
-        with db.connect() as scratch:
-            scratch.execute(CATALOG_SCHEMA)
-            inputs = (pq.read_table(snapshot("inputs")) if snapshot("inputs")
-                      else scratch.sql("SELECT * FROM inputs").to_arrow_table())
-        outcomes = pq.read_table(snapshot("outcomes")) if snapshot("outcomes") else None
-        skipped = pq.read_table(snapshot("skipped")) if snapshot("skipped") else None
-    con.register("_inputs_arrow", inputs)
-    con.execute("CREATE OR REPLACE TEMP TABLE _inputs AS SELECT * FROM _inputs_arrow")
-    con.unregister("_inputs_arrow")
-    if skipped is None:
+
+def _catalog_tables(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, str | None]:
+    """The catalog tables attached as database `name`, as relations (None: a catalog
+    written before the table existed)."""
+    have = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE "
+                                      "database_name = ?", [name]).fetchall()}
+    at = f'"{name}".main'
+    return {"inputs": f"SELECT * FROM {at}.inputs ORDER BY input_id",
+            "skipped": f"SELECT path, reason FROM {at}.skipped" if "skipped" in have else None,
+            "outcomes": f"SELECT * FROM {at}.outcomes" if "outcomes" in have else None}
+
+
+@contextmanager
+def _attached(con: duckdb.DuckDBPyConnection, path: str) -> Iterator[str]:
+    """The DuckDB file at `path` attached to `con` read-only for a moment, retrying briefly
+    while another process writes it (as `Store.catalog_connection` does)."""
+    name = "_catalog_copy"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            con.execute(f"ATTACH {db.sql_literal(path)} AS {name} (READ_ONLY)")
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise StoreBusy(f"cannot open {path}: {exc}") from exc
+            time.sleep(0.05)
+    try:
+        yield name
+    finally:
+        con.execute(f"DETACH {name}")
+
+
+def _copy_snapshots(con: duckdb.DuckDBPyConnection, store: Store) -> int:
+    """A bare copy of the folders: the catalog tables as its last scan saved them beside its
+    run (an empty `inputs` when none did)."""
+    def snapshot(kind: str) -> str | None:
+        found = sorted((store.root / "findings").glob(f"{kind}-*.parquet"))
+        return f"SELECT * FROM read_parquet({db.sql_literal(str(found[-1]))})" if found else None
+
+    name = "_no_catalog"
+    con.execute(f"ATTACH ':memory:' AS {name}")
+    try:
+        here = con.execute("SELECT current_database()").fetchall()[0][0]
+        con.execute(f"USE {name}")
+        try:
+            con.execute(CATALOG_SCHEMA)
+        finally:
+            con.execute(f'USE "{here}"')
+        tables = _catalog_tables(con, name)
+        return _copy_tables(con, {"inputs": snapshot("inputs") or tables["inputs"],
+                                  "skipped": snapshot("skipped"),
+                                  "outcomes": snapshot("outcomes")})
+    finally:
+        con.execute(f"DETACH {name}")
+
+
+def _copy_through_arrow(con: duckdb.DuckDBPyConnection, store: Store) -> int:
+    with store.catalog_connection(read_only=True) as cat:
+        name = cat.execute("SELECT current_database()").fetchall()[0][0]
+        tables = {k: None if v is None else cat.sql(v).to_arrow_table()
+                  for k, v in _catalog_tables(cat, name).items()}
+    for kind, table in tables.items():
+        if table is not None:
+            con.register(f"_{kind}_arrow", table)
+    try:
+        return _copy_tables(con, {k: None if t is None else f"SELECT * FROM _{k}_arrow"
+                                  for k, t in tables.items()})
+    finally:
+        for kind, table in tables.items():
+            if table is not None:
+                con.unregister(f"_{kind}_arrow")
+
+
+def _copy_tables(con: duckdb.DuckDBPyConnection, tables: dict[str, str | None]) -> int:
+    """`_inputs`, `skipped` and `_outcomes` in `con` from these relations (None: empty)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _inputs AS {tables['inputs']}")
+    if tables["skipped"] is None:
         con.execute("CREATE OR REPLACE TEMP TABLE skipped (path VARCHAR, reason VARCHAR)")
     else:
-        con.register("_skipped_arrow", skipped)
-        con.execute("CREATE OR REPLACE TEMP TABLE skipped AS SELECT * FROM _skipped_arrow")
-        con.unregister("_skipped_arrow")
-    if outcomes is None or outcomes.num_rows == 0:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE skipped AS {tables['skipped']}")
+    if tables["outcomes"] is None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE _outcomes ({OUTCOME_COLUMNS})")
         return 0
-    con.register("_outcomes_arrow", outcomes)
     # a response read twice (a run killed after it recorded them) says the same: one row each
     con.execute("CREATE OR REPLACE TEMP TABLE _outcomes AS SELECT event_id, any_value(ok) AS ok, "
                 "any_value(error) AS error, any_value(latency_ms) AS latency_ms "
-                "FROM _outcomes_arrow GROUP BY event_id")
-    con.unregister("_outcomes_arrow")
-    return outcomes.num_rows
+                f"FROM ({tables['outcomes']}) GROUP BY event_id")
+    return con.execute("SELECT count(*) FROM _outcomes").fetchall()[0][0]
 
 
 def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:

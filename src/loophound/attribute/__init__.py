@@ -11,14 +11,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from .. import db
-from ..detect import DETECTORS, Finding
-from ..detect.base import severity_rank
 from ..store import define_message_copies
 from .costs import CostModel, define_cost_view, load_cost_model
+
+if TYPE_CHECKING:  # the detectors (numpy) load when findings are attributed, not when the SQL
+    from ..detect import Finding  # sandbox imports `attribute.costs` for its cost view
 
 
 @dataclass
@@ -187,6 +189,9 @@ def claim_overlaps(con: duckdb.DuckDBPyConnection
 def priority(f: Finding) -> tuple:
     """Which finding explains an event best, the first: the most specific detector (lowest
     rank), then the most severe finding, then the one that began first."""
+    from ..detect import DETECTORS
+    from ..detect.base import severity_rank
+
     rank = DETECTORS[f.detector].rank if f.detector in DETECTORS else 99
     return (rank, -severity_rank(f.severity), f.start or dt.datetime.max, f.id)
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,10 +17,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import StoreBusy, StoreMissing, UserError
-from ..ingest import IngestOptions, IngestReport, ingest
 from ..store import DEFAULT_STORE, Store
 from ..text import inert, json_inert
 from ..vocabulary import SEVERITIES, Verdict
+
+if TYPE_CHECKING:  # ingest (the formats, numpy, pyarrow) is imported by the commands that read
+    from ..ingest import IngestReport  # logs, when they run: `sql` and `--help` never load it
 
 __all__ = ["DEFAULT_STORE", "SEVERITIES"]
 
@@ -64,6 +66,7 @@ def load_mapping_file(path: Path | None) -> dict | None:
 def run_ingest(paths: list[str], store: Path, fmt: str | None, mapping: Path | None,
                max_line_bytes: int, wait: bool = True, quiet: bool = False) -> IngestReport:
     """Ingest with a progress bar on a terminal; errors become messages, not tracebacks."""
+    from ..ingest import IngestOptions, ingest
 
     def on_wait() -> None:
         err.print(f"waiting: another loophound process is writing to {shown(store)} ...",

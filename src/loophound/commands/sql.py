@@ -315,7 +315,7 @@ def open_store(store: Path) -> duckdb.DuckDBPyConnection:
     if not s.exists():
         raise Failure(f"no loophound store at {store}: run `loophound ingest PATH --store "
                       f"{store}` first (or point --store at a folder of its Parquet files)")
-    return queries.readonly_connection(s)
+    return queries.readonly_connection(s, costs_when_used=True)
 
 
 def user_params(statement: queries.Statement, given: dict[str, str]) -> dict[str, str]:
@@ -364,7 +364,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str], fm
         bound = user_params(st, params)
         # Leading newlines keep DuckDB's LINE numbers those of the whole input.
         with untouched(con):
-            res = con.execute("\n" * (st.line - 1) + st.sql.lstrip(), bound or None)
+            res = queries.run(con, "\n" * (st.line - 1) + st.sql.lstrip(), bound or None)
             if res.description is not None:
                 write_result(res, fmt, out, limit, console)
 
@@ -571,6 +571,7 @@ class Shell:
         table.add_column("view")
         table.add_column("columns", justify="right")
         table.add_column("holds", overflow="fold")
+        queries.define_pending(self.con)
         counts = dict(self.con.execute(
             "SELECT table_name, count(*) FROM duckdb_columns() GROUP BY ALL").fetchall())
         for name, _kind in queries.user_tables(self.con):
@@ -584,6 +585,7 @@ class Shell:
         name = name.strip().strip(";").strip('"')
         if not name:
             raise Failure(".schema needs a view name; .tables lists them")
+        queries.define_pending(self.con)
         cols = self.con.execute(
             "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? "
             "AND NOT starts_with(table_name, '_') ORDER BY column_index", [name]).fetchall()

@@ -10,7 +10,6 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from ..watch import parse_every
     from .shell import (
         DEFAULT_STORE,
         AlertOnOpt,
@@ -48,6 +47,8 @@ def register(app: typer.Typer) -> None:
 
         Example: loophound watch /var/log/bproxy/ --every 5m --alerts alerts.jsonl
         """
+        from ..watch import parse_every  # not at registration: it imports the detectors
+
         try:
             interval = parse_every(every)
             lookback_s = parse_every(lookback)

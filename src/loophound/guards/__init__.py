@@ -13,19 +13,29 @@ this package.
 
 from __future__ import annotations
 
-from .lab import SCHEMA, run
 from .spec import (
-           TYPES,
-           Guard,
-           Spec,
-           Sweep,
-           combine,
-           load_spec,
-           parse_spec,
-           parse_sweep,
-           preset_names,
-           preset_spec,
+    TYPES,
+    Guard,
+    Spec,
+    Sweep,
+    combine,
+    load_spec,
+    parse_spec,
+    parse_sweep,
+    preset_names,
+    preset_spec,
 )
+
+
+def __getattr__(name: str):
+    """The lab (numpy, DuckDB, the findings document) is loaded when it is first used, not by
+    `loophound --help` or `loophound sql`, which need only the preset names."""
+    if name in ("SCHEMA", "run"):
+        from . import lab
+
+        return getattr(lab, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["SCHEMA", "TYPES", "Guard", "Spec", "Sweep", "combine", "load_spec", "parse_spec",
            "parse_sweep", "preset_names", "preset_spec", "run"]
