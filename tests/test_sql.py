@@ -888,6 +888,23 @@ def test_bare_parquet_folder_from_the_command_line(sample, bare):
     assert tree_digest(bare) == before
 
 
+def test_requests_carry_their_responses_outcome(con):
+    """`requests` reads a request's outcome from its own row, not from a join with its
+    response (a one-line query would pay for joining every response): ingest must have
+    written each response's outcome on the request it answers, everywhere."""
+    answered, differ = con.execute("""
+        SELECT count(*), count(*) FILTER (WHERE q.ok IS DISTINCT FROM coalesce(q.ok, r.ok)
+                                          OR q.error IS DISTINCT FROM coalesce(q.error, r.error)
+                                          OR q.latency_ms IS DISTINCT FROM
+                                             coalesce(q.latency_ms, r.latency_ms))
+        FROM events q JOIN events r ON r.answers = q.event_id AND r.kind = 'response'
+        WHERE q.kind = 'request'""").fetchone()
+    assert answered > 3000 and differ == 0
+    plan = con.execute("EXPLAIN SELECT count(*) FROM requests WHERE error = 'x'").fetchall()
+    assert "answers" not in plan[0][1]  # the answering lines are not read for it
+    assert scalar(con, "SELECT count(*) FROM requests WHERE response_ts IS NOT NULL") > 3000
+
+
 # --- what `loophound sql` imports ---------------------------------------------------------------
 
 # Libraries and modules a one-line query has no use for: each costs start-up time (numpy and the

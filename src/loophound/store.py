@@ -467,24 +467,26 @@ def parquet_select(con: duckdb.DuckDBPyConnection, files: list[str], columns) ->
 
 # Views other than `events` and `quarantine`: what detectors, queries and the report read.
 DERIVED_VIEWS = {
+    # A request's outcome is on its own row: ingest writes its response's there when it
+    # matches them (and in the catalog's `outcomes`, which `events` reads, when the response
+    # came in a later read). The answering lines are joined only for the columns that need
+    # them: a query that reads none of those (`WHERE error = ...`) has the join dropped by
+    # DuckDB (each request has at most one row on the right), and reads the requests alone:
+    # 0.06 s instead of 0.3-0.7 s on 1.2 M lines. (With `WHERE answers IS NOT NULL` in the
+    # subquery DuckDB 2.0 keeps the join; the one group of lines that answer nothing joins
+    # no request.)
     "requests": """
       SELECT q.event_id, q.ts, q.file, q.line, q.format, q.actor, q.target, q.session,
-             q.action, q.corr_id,
-             coalesce(q.ok, r.ok) AS ok, coalesce(q.error, r.error) AS error,
-             coalesce(q.latency_ms, r.latency_ms) AS latency_ms,
-             r.ts AS response_ts, r.line AS response_line,
-             q.byte_length + coalesce(o.bytes, 0) AS bytes,
-             1 + coalesce(o.lines, 0) AS lines
+             q.action, q.corr_id, q.ok, q.error, q.latency_ms,
+             a.ts AS response_ts, a.line AS response_line,
+             q.byte_length + coalesce(a.bytes, 0) AS bytes,
+             1 + coalesce(a.lines, 0) AS lines
       FROM events q
-      LEFT JOIN (SELECT answers, any_value(ts) AS ts, any_value(line) AS line,
-                        any_value(ok) AS ok, any_value(error) AS error,
-                        any_value(latency_ms) AS latency_ms
-                 FROM events WHERE kind = 'response' AND answers IS NOT NULL
-                 GROUP BY answers) r
-        ON r.answers = q.event_id
-      LEFT JOIN (SELECT answers, sum(byte_length) AS bytes, count(*) AS lines
-                 FROM events WHERE answers IS NOT NULL GROUP BY answers) o
-        ON o.answers = q.event_id
+      LEFT JOIN (SELECT answers, any_value(ts) FILTER (WHERE kind = 'response') AS ts,
+                        any_value(line) FILTER (WHERE kind = 'response') AS line,
+                        sum(byte_length) AS bytes, count(*) AS lines
+                 FROM events GROUP BY answers) a
+        ON a.answers = q.event_id
       WHERE q.kind = 'request'""",
     "messages": "SELECT * FROM events WHERE kind IN ('message', 'room_post')",
     "triggers": "SELECT * FROM events WHERE kind IN ('trigger', 'session_start', 'session_end')",

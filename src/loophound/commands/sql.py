@@ -58,9 +58,9 @@ VIEW_DOCS = {
 # What `.schema` says about columns that are not `events` columns (those come from schema.py).
 COLUMN_DOCS = {
     "requests": {
-        "ok": "outcome: the request's, else its response's",
-        "error": "error code: the request's, else its response's",
-        "latency_ms": "latency: the request's, else its response's",
+        "ok": "outcome: the request's own, else its response's (ingest writes it on the request)",
+        "error": "error code: the request's own, else its response's",
+        "latency_ms": "latency: the request's own, else its response's",
         "response_ts": "when the response was logged (NULL: no response)",
         "response_line": "the response's line in the same file",
         "bytes": "bytes of the request line plus its response and lifecycle lines",
