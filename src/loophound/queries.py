@@ -41,6 +41,7 @@ from typing import Any
 
 import duckdb
 
+from . import db
 from .db import sql_list
 from .store import Store
 
@@ -496,7 +497,8 @@ def readonly_connection(store: Store, costs=None, *,
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
         con = store.connect(isolated=True)
-    files = store.committed_files()
+    with db.hosting(con):
+        files = store.committed_files()
     _COSTS_LATER[con] = costs
     if not costs_when_used:
         _define_costs(con)

@@ -322,8 +322,13 @@ class Store:
                 f"no loophound store at {self.root}: run `loophound ingest PATH --store "
                 f"{self.root}` first"
             )
-        con = db.connect() if isolated else db.scratch()
-        define_views(con, self, since)
+        if not isolated:
+            con = db.scratch()
+            define_views(con, self, since)
+            return con
+        con = db.connect()
+        with db.hosting(con):
+            define_views(con, self, since)
         return con
 
     def seen_by_last_scan(self) -> list[tuple[int, int]]:
