@@ -16,6 +16,11 @@ cannot read a file (a key first seen after the sample), it reads the whole file 
     python benchmarks/variations_bench.py [--repeat 3] [--variants id,no_id] [--big req_id]
         [--scales 2,10] [--investigate id,no_id|all] [--keep DIR] [--json FILE] [--size 0.02]
 
+With --query-only, only the query is timed (ingesting each log once into a store beside it):
+
+    python benchmarks/variations_bench.py --query-only --repeat 7 --variants req_id,reqId,no_id
+        --scales 10 --keep DIR
+
 The logs take 0.3–0.4 GB each at 1×, 3–4 GB at 10× (with its store): check `df -h` first.
 """
 
@@ -133,15 +138,7 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
     # a one-line query end to end, alternating with DuckDB on the raw file (read as the
     # baseline could read it)
     whole = any(r.get("sample_size") == "whole file" for r in runs["baseline"])
-    opts = ", sample_size = -1" if whole else ""
-    sql, raw = [], []
-    raw_code = ("import duckdb; duckdb.sql('SET enable_progress_bar = false'); "
-                f"print(duckdb.sql({RAW_QUERY.format(log=log, opts=opts)!r}).fetchall())")
-    for _ in range(max(repeat, 3)):
-        t, raw_out = wall([sys.executable, "-c", raw_code])
-        raw.append(t)
-        t, sql_out = wall([str(LOOPHOUND), "sql", QUERY, "--store", str(store), "--format", "csv"])
-        sql.append(t)
+    query = query_rounds(log, store, max(repeat, 3), whole)
     shutil.rmtree(store, ignore_errors=True)
     med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
            for k, v in runs.items() if v and any("seconds" in r for r in v)}
@@ -158,8 +155,7 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
            "findings": last.get("findings"), "incidents": last.get("incidents"),
            "repeated_error": last.get("repeated_error"),
            "repeated_error_count": last.get("repeated_error_count"),
-           "sql_seconds": statistics.median(sql), "raw_query_seconds": statistics.median(raw),
-           "sql_answer": sql_out.splitlines()[-1], "raw_answer": raw_out, "runs": runs}
+           **query, "runs": runs}
     print(f"  median: baseline {med['baseline']:.2f} s, ingest {med['ingest']:.2f} s "
           f"({out['ingest_ratio']:.2f}×), scan {med['scan']:.2f} s "
           f"({out['scan_over_ingest']:.2f}× ingest)"
@@ -170,6 +166,57 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
             f" incidents {out['incidents']}; sql {out['sql_seconds']:.2f} s vs raw "
             f"{out['raw_query_seconds']:.2f} s", flush=True)
     return out
+
+
+def raw_query_code(log: Path, whole: bool) -> str:
+    opts = ", sample_size = -1" if whole else ""
+    return ("import duckdb; duckdb.sql('SET enable_progress_bar = false'); "
+            f"print(duckdb.sql({RAW_QUERY.format(log=log, opts=opts)!r}).fetchall())")
+
+
+def query_rounds(log: Path, store: Path, repeat: int, whole: bool) -> dict:
+    """`loophound sql QUERY` on the store, then DuckDB counting the same in the raw file,
+    alternating, each a new process, `repeat` times: their medians and answers."""
+    sql, raw = [], []
+    for _ in range(repeat):
+        t, raw_out = wall([sys.executable, "-c", raw_query_code(log, whole)])
+        raw.append(t)
+        t, sql_out = wall([str(LOOPHOUND), "sql", QUERY, "--store", str(store), "--format", "csv"])
+        sql.append(t)
+    return {"sql_seconds": statistics.median(sql), "raw_query_seconds": statistics.median(raw),
+            "sql_all": sql, "raw_all": raw, "raw_sample_size": "whole file" if whole else "default",
+            "sql_answer": sql_out.splitlines()[-1], "raw_answer": raw_out}
+
+
+def query_only(name: str, log: Path, key: dict, repeat: int) -> dict:
+    """The query alone, on a store ingested once beside the log (kept, and reused)."""
+    store = log.with_suffix(".store")
+    if not (store / "catalog.duckdb").exists():
+        shutil.rmtree(store, ignore_errors=True)
+        done = child(RUNNER, "ingest", str(log), str(store), "")
+        if "error" in done:
+            raise SystemExit(f"{name}: ingest failed: {done['error']}")
+    # DuckDB's default schema sample, unless it cannot read the file (as for the baseline)
+    probe = subprocess.run([sys.executable, "-c", raw_query_code(log, False)],
+                           capture_output=True, text=True)
+    out = {"variant": name, "bytes": log.stat().st_size, "lines": key["lines"],
+           **query_rounds(log, store, repeat, probe.returncode != 0)}
+    print(f"{name}: sql {out['sql_seconds']:.2f} s vs DuckDB on the raw file "
+          f"{out['raw_query_seconds']:.2f} s{'*' if probe.returncode else ''} "
+          f"({out['sql_seconds'] / out['raw_query_seconds']:.2f}×); answers "
+          f"{out['sql_answer']} / {out['raw_answer']}", flush=True)
+    return out
+
+
+def query_table(results: list[dict]) -> str:
+    rows = ["| log | MiB | lines | `loophound sql` | DuckDB on the raw file | ratio | answer |",
+            "|" + "---|" * 7]
+    for r in results:
+        star = "*" if r["raw_sample_size"] != "default" else ""
+        rows.append(f"| {r['variant']} | {r['bytes'] / 2**20:,.0f} | {r['lines']:,} | "
+                    f"{r['sql_seconds']:.2f} s | {r['raw_query_seconds']:.2f} s{star} | "
+                    f"{r['sql_seconds'] / r['raw_query_seconds']:.2f}× | {r['sql_answer']} |")
+    return "\n".join(rows)
 
 
 def table(results: list[dict]) -> str:
@@ -206,6 +253,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--size", type=float, default=1.0,
                     help="a fraction of the full size, to try the benchmark out (0.02)")
+    ap.add_argument("--query-only", action="store_true",
+                    help="time only the one-line query (--repeat rounds, 5 or more advised) "
+                         "against DuckDB on the raw file, on a store ingested once beside "
+                         "each log (with --keep: kept and reused)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -228,16 +279,20 @@ def main() -> None:
                 print(f"wrote {log.name} in {time.perf_counter() - t:.1f} s", flush=True)
             key = json.loads(key_file.read_text())
             timed = args.investigate == "all" or v.name in args.investigate.split(",")
-            results.append(bench_log(name, log, key, work, args.repeat, timed and scale == 1))
+            if args.query_only:
+                results.append(query_only(name, log, key, args.repeat))
+            else:
+                results.append(bench_log(name, log, key, work, args.repeat, timed and scale == 1))
             if not args.keep:
                 log.unlink()
+                shutil.rmtree(log.with_suffix(".store"), ignore_errors=True)
             if args.json:
                 args.json.write_text(json.dumps(results, indent=2) + "\n")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print(table(results))
+    print(query_table(results) if args.query_only else table(results))
     print("* DuckDB's default schema sample could not read this file: sample_size = -1")
 
 
