@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -105,10 +106,16 @@ def child(code: str, *args: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def wall(cmd: list[str]) -> tuple[float, str]:
+def wall(cmd: list[str]) -> tuple[float, float, str]:
+    """Run `cmd`: its wall-clock seconds, its CPU seconds (user + system, every thread: less
+    swayed than the wall clock by other work on a busy machine) and its standard output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return time.perf_counter() - t, res.stdout.strip()
+    took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu, res.stdout.strip()
 
 
 def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
@@ -177,14 +184,20 @@ def raw_query_code(log: Path, whole: bool) -> str:
 def query_rounds(log: Path, store: Path, repeat: int, whole: bool) -> dict:
     """`loophound sql QUERY` on the store, then DuckDB counting the same in the raw file,
     alternating, each a new process, `repeat` times: their medians and answers."""
-    sql, raw = [], []
+    sql, raw, sql_cpu, raw_cpu = [], [], [], []
     for _ in range(repeat):
-        t, raw_out = wall([sys.executable, "-c", raw_query_code(log, whole)])
+        t, cpu, raw_out = wall([sys.executable, "-c", raw_query_code(log, whole)])
         raw.append(t)
-        t, sql_out = wall([str(LOOPHOUND), "sql", QUERY, "--store", str(store), "--format", "csv"])
+        raw_cpu.append(cpu)
+        t, cpu, sql_out = wall([str(LOOPHOUND), "sql", QUERY, "--store", str(store), "--format",
+                                "csv"])
         sql.append(t)
+        sql_cpu.append(cpu)
     return {"sql_seconds": statistics.median(sql), "raw_query_seconds": statistics.median(raw),
-            "sql_all": sql, "raw_all": raw, "raw_sample_size": "whole file" if whole else "default",
+            "sql_cpu_seconds": statistics.median(sql_cpu),
+            "raw_query_cpu_seconds": statistics.median(raw_cpu),
+            "sql_all": sql, "raw_all": raw, "sql_cpu_all": sql_cpu, "raw_cpu_all": raw_cpu,
+            "raw_sample_size": "whole file" if whole else "default",
             "sql_answer": sql_out.splitlines()[-1], "raw_answer": raw_out}
 
 
@@ -201,21 +214,24 @@ def query_only(name: str, log: Path, key: dict, repeat: int) -> dict:
                            capture_output=True, text=True)
     out = {"variant": name, "bytes": log.stat().st_size, "lines": key["lines"],
            **query_rounds(log, store, repeat, probe.returncode != 0)}
-    print(f"{name}: sql {out['sql_seconds']:.2f} s vs DuckDB on the raw file "
-          f"{out['raw_query_seconds']:.2f} s{'*' if probe.returncode else ''} "
+    print(f"{name}: sql {out['sql_seconds']:.2f} s (CPU {out['sql_cpu_seconds']:.2f} s) vs "
+          f"DuckDB on the raw file {out['raw_query_seconds']:.2f} s (CPU "
+          f"{out['raw_query_cpu_seconds']:.2f} s){'*' if probe.returncode else ''} "
           f"({out['sql_seconds'] / out['raw_query_seconds']:.2f}×); answers "
           f"{out['sql_answer']} / {out['raw_answer']}", flush=True)
     return out
 
 
 def query_table(results: list[dict]) -> str:
-    rows = ["| log | MiB | lines | `loophound sql` | DuckDB on the raw file | ratio | answer |",
-            "|" + "---|" * 7]
+    rows = ["| log | MiB | lines | `loophound sql` | DuckDB on the raw file | ratio | CPU: sql "
+            "/ DuckDB | answer |", "|" + "---|" * 8]
     for r in results:
         star = "*" if r["raw_sample_size"] != "default" else ""
         rows.append(f"| {r['variant']} | {r['bytes'] / 2**20:,.0f} | {r['lines']:,} | "
                     f"{r['sql_seconds']:.2f} s | {r['raw_query_seconds']:.2f} s{star} | "
-                    f"{r['sql_seconds'] / r['raw_query_seconds']:.2f}× | {r['sql_answer']} |")
+                    f"{r['sql_seconds'] / r['raw_query_seconds']:.2f}× | "
+                    f"{r['sql_cpu_seconds']:.2f} / {r['raw_query_cpu_seconds']:.2f} s | "
+                    f"{r['sql_answer']} |")
     return "\n".join(rows)
 
 
