@@ -911,7 +911,7 @@ def test_requests_carry_their_responses_outcome(con):
 # formats alone were 0.38 s of a 0.93 s query), so the command line must not load them for it.
 NOT_FOR_SQL = ("numpy", "polars", "pandas", "pyarrow", "plotly", "sklearn", "scipy",
                "loophound.formats", "loophound.ingest", "loophound.detect", "loophound.scan",
-               "loophound.report", "loophound.guards.lab", "loophound.synth", "loophound.api")
+               "loophound.report", "loophound.guards", "loophound.synth", "loophound.api")
 
 IMPORTS_OF = """
 import json, sys
@@ -955,6 +955,13 @@ def test_the_sql_command_imports_only_what_a_query_needs(sample, tmp_path, fmt):
                "SELECT count(*) FROM requests WHERE error = 'SESSION_NOT_FOUND'")
     assert code in (0, None) and n > 0 and str(n) in stdout.split(), stdout
     assert loaded(modules, NOT_FOR_SQL) == []
+
+
+def test_the_preset_help_names_every_shipped_preset_without_importing_the_guards():
+    from loophound.commands.guards import preset_files
+    from loophound.guards import preset_names
+
+    assert preset_files() == preset_names() and "adopted" in preset_files()
 
 
 def test_every_command_is_listed_and_its_help_complete_without_its_modules(tmp_path):
