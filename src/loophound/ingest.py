@@ -332,12 +332,31 @@ def ingest(
 ) -> IngestReport:
     """Read `paths` into `store`: new files whole, known files from where they stopped."""
     options = options or IngestOptions()
+    forced = forced_format(options)  # a bad format or mapping is said before any file is read
+    files, passed_over = discover(paths)
+    return ingest_files(files, passed_over, store, options, forced, on_progress, on_wait)
+
+
+def forced_format(options: IngestOptions) -> Format | None:
+    """The format every file is read as (`--format`, or a mapping naming a document's list of
+    records), None to recognise each file; raises on a bad format name or mapping."""
     forced = formats.get(options.format) if options.format else None
-    if options.mapping is not None:  # a bad mapping is said before any file is read
+    if options.mapping is not None:
         validate_mapping(options.mapping)
         # a mapping naming the list of records of whole-file JSON documents reads them so
         forced = document_format(validate_mapping(options.mapping)) or forced
-    files, passed_over = discover(paths)
+    return forced
+
+
+def ingest_files(files: list[tuple[Path, str]], passed_over: list[tuple[str, str]],
+                 store: Store, options: IngestOptions, forced: Format | None,
+                 on_progress: Callable[[int, int], None] | None = None,
+                 on_wait: Callable[[], None] | None = None,
+                 first_input_id: int | None = None) -> IngestReport:
+    """`ingest` of files already found (`discover`: resolved paths and the names shown).
+    `first_input_id`: new inputs are numbered from it (at least), so that a part of a run
+    read elsewhere (a Spark task's staging store) gives each file the input id, and so the
+    event ids, the whole run gives it."""
     report = IngestReport()
     for name, reason in passed_over:
         report.files.append(FileReport(name, status="skipped", skipped_reason=reason))
@@ -346,6 +365,9 @@ def ingest(
     companions_seen: set[Path] = set()
     with store.writing(wait=options.wait, on_wait=on_wait), _CatalogHold(store) as hold:
         store._ingest_cache = None  # read afresh under the lock
+        if first_input_id is not None:
+            ids = _cache(store).next
+            ids["inputs"] = max(ids["inputs"], first_input_id)
         group = _Group(store, options)
         for path, shown in files:
             size = path.stat().st_size
@@ -837,8 +859,26 @@ LINE_BITS = 32  # while a group is mapped, its lines are numbered input × 2^32 
 ROW_GROUP = 64 * 1024  # rows per Parquet row group of a group's events file
 
 
+class Headed:
+    """Something with a file's first bytes (`head`), looked up as `_HeadIndex` looks heads up."""
+
+    head: bytes
+
+    @property
+    def head_len(self) -> int:
+        return min(HEAD_LEN, len(self.head))
+
+    @property
+    def head_sha256(self) -> str:
+        return hashlib.sha256(self.head[:HEAD_LEN]).hexdigest()
+
+    @property
+    def lines_sha256(self) -> str | None:
+        return _lines_sha256(self.head[:HEAD_LEN])
+
+
 @dataclass(eq=False)
-class _Member:
+class _Member(Headed):
     """A small new file of a group: read, hashed and split into lines, waiting to be mapped
     and committed with the others. Its head is kept by `_HeadIndex` (head_len, head_sha256,
     lines_sha256), so a later file that starts like it is not taken for a new one."""
@@ -860,18 +900,6 @@ class _Member:
     unknown: Counter = field(default_factory=Counter)
     events: int = 0
     ts_range: tuple = (None, None)
-
-    @property
-    def head_len(self) -> int:
-        return min(HEAD_LEN, len(self.head))
-
-    @property
-    def head_sha256(self) -> str:
-        return hashlib.sha256(self.head[:HEAD_LEN]).hexdigest()
-
-    @property
-    def lines_sha256(self) -> str | None:
-        return _lines_sha256(self.head[:HEAD_LEN])
 
 
 class _Group:
