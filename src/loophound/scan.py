@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import duckdb
 from . import coverage, db, findings_json
 from .attribute import Attributed, Totals, attribute, claim_overlaps
 from .attribute.costs import CostModel, load_cost_model
-from .detect import DETECTORS, run_detectors, settings
+from .detect import DETECTORS, Finding, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
 from .incidents import DEFAULT_RULES
 from .runs import define_scan_views, save_in_folder, save_in_store
@@ -65,7 +66,9 @@ def method(params: dict, costs: CostModel) -> dict:
 def scan_store(store: Store, config_file: Path | None = None, overrides: list[str] = (),
                costs: CostModel | None = None, only: list[str] | None = None,
                alert_on: str = "high", lookback: dt.timedelta | None = None,
-               save: bool = True, save_to: Path | None = None) -> ScanResult:
+               save: bool = True, save_to: Path | None = None,
+               detect: Callable[[duckdb.DuckDBPyConnection, dict, list[str] | None],
+                                list[Finding]] = run_detectors) -> ScanResult:
     """Detect and attribute over `store`; the store keeps the findings (the last scan's),
     each with its status against the scan before (new, growing, escalated, ongoing, ended).
 
@@ -89,7 +92,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         since = min(since, own) if own is not None else since
         only = only or alerting_detectors(alert_on)
     con = store.connect(since)
-    findings = run_detectors(con, params, only)
+    findings = detect(con, params, only)
     goes_on = None
     if since is not None:
         goes_on = continuing(findings, before_doc, since)

@@ -224,4 +224,6 @@ DETECTOR = Detector(
     rank=14,
     reads=ACTION_KINDS,
     needs=(("ts",), ("action",), ("actor",)),
+    # an (actor, session)'s calls, and what others did in the session (actions.py)
+    partition_by=("session",),
 )

@@ -105,6 +105,12 @@ class Detector:
     # `events` (a rate over time), `pair` (two parties exchanging messages: a sequence),
     # `cycle` (agents triggering each other in a ring: a graph)
     shape: str = "events"
+    # the event columns whose groups hold everything a finding of it is reasoned from: no
+    # measurement relates events of two groups (events with NULL there are one group). The
+    # Spark engine runs it, unchanged, on each group apart (loophound.spark.scan); empty:
+    # it needs all events at once and runs on one machine only. A coarser grouping is
+    # always as exact; tests/test_spark.py checks the findings are the same
+    partition_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug

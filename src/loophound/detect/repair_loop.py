@@ -336,4 +336,6 @@ DETECTOR = Detector(
     rank=25,
     reads=("repair_attempt",),
     needs=(("session",), ("corr_id",)),
+    # a session's repair attempts and the model calls of its steps
+    partition_by=("session",),
 )

@@ -223,4 +223,6 @@ DETECTOR = Detector(
     rank=12,
     reads=ACTION_KINDS,
     needs=(("ts",), ("action",), ("actor",)),
+    # an (actor, session)'s calls, and what others did in the session (actions.py)
+    partition_by=("session",),
 )

@@ -367,4 +367,6 @@ DETECTOR = Detector(
     rank=10,
     reads=ATTEMPT_KINDS,
     needs=(("ts",), ("error",), ("actor", "session")),
+    # runs are one (actor, session, action)'s; what stopped them, a close of the session
+    partition_by=("session",),
 )

@@ -1,0 +1,168 @@
+"""`scan --engine spark`: the detectors run on the executors, each over groups of events.
+
+There is one definition of each detector: its `measure`, `judge` and `describe`, the SQL and
+numpy of `loophound.detect`. What a detector adds for Spark is a declaration,
+`Detector.partition_by`: the event columns whose groups hold everything one of its findings
+is reasoned from (repeated_error: a session). Spark reads the store's Parquet files, groups
+the events by those columns (`groupBy(...).applyInArrow`), and each group becomes the
+`events` table of an in-memory DuckDB connection on an executor, with the store's derived
+views over it, where the ordinary `run_detectors` runs the group's detectors. The findings
+come back to the driver, which attributes them, groups incidents and saves the run exactly
+as the default engine does (`scan_store`, with this runner).
+
+A detector without a declaration needs all events at once (unusual_actor compares every
+actor with the others): the engine refuses to run it rather than run it somewhere else. The
+attribution still runs on the driver, in DuckDB over the store's files.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from .. import db
+from ..attribute.costs import CostModel
+from ..detect import DETECTORS, Finding, run_detectors
+from ..scan import ScanResult, scan_store
+from ..schema import COLUMNS
+from ..store import DERIVED_VIEWS, Store
+from . import EngineUnavailable
+
+
+def on_spark(only: list[str] | None = None) -> dict[tuple[str, ...], list[str]]:
+    """The detectors to run (all, or `only`), by the columns their events are grouped by;
+    raises `EngineUnavailable` naming those that cannot run on Spark yet."""
+    names = [n for n in DETECTORS if not only or n in only]
+    unknown = sorted(set(only or ()) - set(DETECTORS))
+    if unknown:
+        raise EngineUnavailable(f"no detector named {', '.join(unknown)}; detectors: "
+                                f"{', '.join(DETECTORS)}")
+    whole = [n for n in names if not DETECTORS[n].partition_by]
+    if whole:
+        ready = [n for n in DETECTORS if DETECTORS[n].partition_by]
+        raise EngineUnavailable(
+            f"--engine spark cannot run {', '.join(whole)} yet (they read all events at once, "
+            f"not groups of them); it runs {', '.join(ready)}: pass --only "
+            f"{','.join(ready)}, or scan without --engine spark")
+    by_key: dict[tuple[str, ...], list[str]] = {}
+    for n in names:
+        by_key.setdefault(DETECTORS[n].partition_by, []).append(n)
+    return by_key
+
+
+def events_frame(spark: Any, store: Store) -> Any | None:
+    """The store's `events` as a Spark DataFrame (None when it holds none): its committed
+    Parquet files, with the outcomes a later ingest learnt of (the catalog's `outcomes`)."""
+    from pyspark.sql import functions as F
+
+    files = store.committed_files()["events"]
+    if not files:
+        return None
+    events = spark.read.option("mergeSchema", "true").parquet(*files)
+    con = store.connect()
+    try:
+        outcomes = con.sql("SELECT event_id, ok AS o_ok, error AS o_error, "
+                           "latency_ms AS o_latency_ms FROM _outcomes").to_arrow_table()
+    finally:
+        con.close()
+    if outcomes.num_rows:
+        late = spark.createDataFrame(outcomes.to_pandas())
+        events = (events.join(late, "event_id", "left")
+                  .withColumn("ok", F.coalesce("ok", "o_ok"))
+                  .withColumn("error", F.coalesce("error", "o_error"))
+                  .withColumn("latency_ms", F.coalesce("latency_ms", "o_latency_ms"))
+                  .drop("o_ok", "o_error", "o_latency_ms"))
+    return events
+
+
+def grouped(events: Any, key: tuple[str, ...]) -> Any:
+    """`events` grouped by the columns `key`, where a line that answers another (a response,
+    `answers`) goes with the line it answers: the derived `requests` view joins the two, and
+    a response does not always carry its request's session."""
+    from pyspark.sql import functions as F
+
+    asked = events.select(F.col("event_id").alias("_q_id"),
+                          *(F.col(c).alias(f"_q_{c}") for c in key))
+    joined = events.join(asked, events["answers"] == asked["_q_id"], "left")
+    parts = [F.when(F.col("_q_id").isNotNull(), F.col(f"_q_{c}")).otherwise(F.col(c))
+             .alias(f"_part_{c}") for c in key]
+    return joined.groupBy(*parts)
+
+
+def group_connection(group: pa.Table, inputs: pa.Table) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection whose `events` are `group` (in the store's columns and types, in
+    event order, as the store's view reads them), with `inputs` and the derived views."""
+    con = db.connect()
+    con.execute("SET threads = 1")  # Spark runs one task a core
+    have = set(group.column_names)
+    cols = ", ".join(f'CAST("{c.name}" AS {c.sql_type}) AS "{c.name}"' if c.name in have
+                     else f'CAST(NULL AS {c.sql_type}) AS "{c.name}"' for c in COLUMNS)
+    con.register("_group", group)
+    con.execute(f"CREATE TEMP TABLE events AS SELECT {cols} FROM _group ORDER BY event_id")
+    con.unregister("_group")
+    con.register("_inputs_arrow", inputs)
+    con.execute("CREATE TEMP TABLE inputs AS SELECT * FROM _inputs_arrow")
+    con.unregister("_inputs_arrow")
+    for name, sql in DERIVED_VIEWS.items():
+        con.execute(f"CREATE TEMP VIEW {name} AS {sql}")
+    return con
+
+
+def _group_task(names: list[str], params: dict, inputs: pa.Table):
+    """The function each group runs (`applyInArrow`): the ordinary detectors over it."""
+    def run(group: pa.Table) -> pa.Table:
+        con = group_connection(group, inputs)
+        try:
+            found = run_detectors(con, params, names)
+        finally:
+            con.close()
+        return pa.table({"finding": pa.array([pickle.dumps(f) for f in found], pa.binary())})
+    return run
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    """Findings gathered from groups, in one order whatever order the groups came back in:
+    by detector (as registered), then start, then id."""
+    rank = {n: i for i, n in enumerate(DETECTORS)}
+    return sorted(findings, key=lambda f: (rank.get(f.detector, len(rank)),
+                                           f.start is None, f.start or 0, f.id))
+
+
+class SparkDetectors:
+    """`scan_store`'s detector runner on Spark (see the module's docstring)."""
+
+    def __init__(self, spark: Any, store: Store):
+        self.spark, self.store = spark, store
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, params: dict,
+                 only: list[str] | None) -> list[Finding]:
+        events = events_frame(self.spark, self.store)
+        if events is None:
+            return []
+        inputs = con.sql("SELECT * FROM inputs").to_arrow_table()
+        found: list[Finding] = []
+        for key, names in on_spark(only).items():
+            rows = (grouped(events, key)
+                    .applyInArrow(_group_task(names, {n: params[n] for n in names}, inputs),
+                                  "finding binary")
+                    .collect())
+            found += [pickle.loads(r["finding"]) for r in rows]
+        return order(found)
+
+
+def scan_on_spark(spark: Any, store: Store, config_file: Path | None = None,
+                  overrides: list[str] = (), costs: CostModel | None = None,
+                  only: list[str] | None = None, save_to: Path | None = None) -> ScanResult:
+    """`loophound scan --engine spark`: a full scan whose detectors run on Spark; the run is
+    saved as the default engine saves it (in the store, or `save_to`)."""
+    on_spark(only)  # what cannot run is said before anything is read
+    detect = SparkDetectors(spark, store)
+    if store.read_only or save_to is not None:  # nothing is written in the store: no lock
+        return scan_store(store, config_file, overrides, costs, only=only, save_to=save_to,
+                          detect=detect)
+    with store.writing():
+        return scan_store(store, config_file, overrides, costs, only=only, detect=detect)
