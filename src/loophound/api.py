@@ -138,22 +138,23 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
          on_ingest: Callable[[IngestReport], None] | None = None,
          incremental: bool = False, alert_on: str = "high",
          lookback: dt.timedelta = dt.timedelta(hours=1), format: str | None = None,  # noqa: A002
-         mapping: dict | None = None) -> ScanResult | None:
+         mapping: dict | None = None, only: Sequence[str] | None = None) -> ScanResult | None:
     """Ingest `paths` (if any), then detect and attribute, and save the run: in the store,
     or, for a store that may not be written, in `save_to` (default a new temporary folder;
     `result.saved_in` says where). A store being written by another process is waited for.
 
     `incremental` (scheduled scans): read new bytes only and detect over the recent window;
-    returns None when nothing arrived since the last scan."""
+    returns None when nothing arrived since the last scan. `only`: these detectors only."""
     from .scan import scan_store
 
+    only = _detector_names(only)
     s = _store(store)
     costs = cost_model(prices, cost_per_call)
     config_path = Path(config) if config else None
     if not paths and not incremental and (s.read_only or save_to is not None or not save):
         # nothing to write in the store: no lock, so a copy or a busy store can be scanned
-        return scan_store(_existing(s), config_path, list(settings), costs, save=save,
-                          save_to=Path(save_to) if save_to else None)
+        return scan_store(_existing(s), config_path, list(settings), costs, only=only,
+                          save=save, save_to=Path(save_to) if save_to else None)
     with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
         if paths:
             report = ingest(paths, s, format=format, mapping=mapping, wait=wait,
@@ -163,9 +164,22 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
         s = _existing(s)
         if incremental and not s.has_unseen_batches():  # none since the last scan
             return None
-        return scan_store(s, config_path, list(settings), costs, alert_on=alert_on,
+        return scan_store(s, config_path, list(settings), costs, only=only, alert_on=alert_on,
                           lookback=lookback if incremental else None, save=save,
                           save_to=Path(save_to) if save_to else None)
+
+
+def _detector_names(only: Sequence[str] | None) -> list[str] | None:
+    """`only`, checked against the detectors (None: all of them)."""
+    if not only:
+        return None
+    from .detect import DETECTORS
+
+    unknown = [n for n in only if n not in DETECTORS]
+    if unknown:
+        raise ConfigError(f"no detector named {', '.join(unknown)}; detectors: "
+                          f"{', '.join(DETECTORS)}")
+    return list(only)
 
 
 @dataclass

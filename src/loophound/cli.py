@@ -11,6 +11,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .commands.engine import (
+    EngineOpt,
+    OnlyOpt,
+    SparkMasterOpt,
+    engine_of,
+    only_list,
+    spark_ingest,
+    spark_scan,
+)
 from .commands.shell import (
     DEFAULT_STORE,
     SEVERITIES,
@@ -92,12 +101,18 @@ def ingest_cmd(
     = 16 * 1024 * 1024,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Exit at once if another "
                                           "process is writing to the store.")] = False,
+    engine: EngineOpt = "duckdb",
+    spark_master: SparkMasterOpt = None,
 ) -> None:
     """Read logs into the store: Parquet events plus a DuckDB catalog.
 
     Example: loophound ingest sample_logs/ --store .loophound
     """
-    report = run_ingest(paths, store, fmt, mapping, max_line_bytes, wait=not no_wait)
+    if engine_of(engine) == "spark":
+        report = spark_ingest(paths, store, fmt, mapping, max_line_bytes, not no_wait,
+                              spark_master)
+    else:
+        report = run_ingest(paths, store, fmt, mapping, max_line_bytes, wait=not no_wait)
     print_ingest_report(report, store)
 
 
@@ -191,6 +206,9 @@ def scan_cmd(
     list_findings: FindingsListOpt = False,
     fmt: FormatOpt = None,
     mapping: MappingOpt = None,
+    only: OnlyOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_master: SparkMasterOpt = None,
 ) -> None:
     """Run every detector over the store (ingesting PATHs first) and keep the findings.
 
@@ -208,6 +226,7 @@ def scan_cmd(
     for name, value in (("--fail-on", fail_on), ("--alert-on", alert_on)):
         if value not in SEVERITIES + ("never",):
             fail(f"{name} must be one of {', '.join(SEVERITIES)}, never; got {value!r}")
+    spark = engine_of(engine, incremental) == "spark"
     if incremental:
         from .watch import parse_every
 
@@ -221,9 +240,15 @@ def scan_cmd(
     if incremental and findings_dir is not None:
         fail("--findings-dir goes with a full scan: a scheduled scan keeps its findings in "
              "its store")
-    result, _ = scan_store_cmd(paths or [], store, config, set_ or [], prices, cost_per_call,
-                      quiet=json_out is not None and str(json_out) == "-", wait=not no_wait,
-                      save_to=findings_dir, fmt=fmt, mapping=mapping)
+    quiet = json_out is not None and str(json_out) == "-"
+    if spark:
+        result = spark_scan(paths or [], store, config, set_ or [], prices, cost_per_call,
+                            only_list(only), findings_dir, not no_wait, fmt, mapping,
+                            spark_master, quiet)
+    else:
+        result, _ = scan_store_cmd(paths or [], store, config, set_ or [], prices, cost_per_call,
+                                   quiet=quiet, wait=not no_wait, save_to=findings_dir, fmt=fmt,
+                                   mapping=mapping, only=only_list(only))
     write_json(result.document, json_out)
     if json_out is None or str(json_out) != "-":
         print_summary(result.document, findings=list_findings)

@@ -168,7 +168,7 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
           prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
           incremental: bool = False, wait: bool = True, alert_on: str = "high",
           lookback_s: float = 3600.0, save_to: Path | None = None, fmt: str | None = None,
-          mapping: Path | None = None):
+          mapping: Path | None = None, only: list[str] | None = None):
     """`api.scan`, printing what ingest read (unless `quiet`); errors become messages.
     Returns (ScanResult or None, IngestReport or None): None when `incremental` and nothing
     new arrived since the last scan."""
@@ -190,7 +190,7 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
                           cost_per_call=cost_per_call, save_to=save_to, wait=wait,
                           on_wait=on_wait, on_ingest=on_ingest, incremental=incremental,
                           alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s),
-                          format=fmt, mapping=load_mapping_file(mapping))
+                          format=fmt, mapping=load_mapping_file(mapping), only=only)
     if result is not None and result.saved_in is not None and not quiet:
         err.print(f"findings saved in {shown(result.saved_in)} (the store "
                   f"{shown(store)} is read-only evidence and was not changed); "

@@ -1,0 +1,153 @@
+"""The Spark engine gives the default engine's answers: the same events from `ingest`, the
+same findings document from `scan`, on the sample logs (every format, seed 7) and on another
+seed's incidents with their clean twins (files that continue others: read on the driver).
+
+One SparkSession (`local[2]`) serves every test (a start costs ~20 s). Without PySpark or
+Java the tests are skipped, except where LOOPHOUND_REQUIRE_SPARK is set (CI), where they
+fail: CI must run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loophound.cli import app
+from loophound.detect import DETECTORS
+from loophound.ingest import ingest
+from loophound.scan import scan_store
+from loophound.store import Store
+from loophound.synth import write_clean_twins, write_samples
+
+ROOT = Path(__file__).resolve().parents[1]
+ON_SPARK = [n for n, d in DETECTORS.items() if d.partition_by]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The test session's one SparkSession, or a skip (a failure under CI)."""
+    why = None
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        why = "PySpark is not installed (pip install -e '.[test,spark]')"
+    if why is None and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        why = "Java is not installed (apt-get install openjdk-17-jre-headless)"
+    if why is not None:
+        if os.environ.get("LOOPHOUND_REQUIRE_SPARK"):
+            pytest.fail(f"LOOPHOUND_REQUIRE_SPARK is set but {why}")
+        pytest.skip(why)
+    from loophound.spark import session
+
+    s = session("local[2]")
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+def _incidents(root: Path) -> Path:
+    """Seed 11's incidents of every format, and the clean twins of the same seed beside them:
+    several twins start like an incident's file (same first lines), so the run has files that
+    continue others of it."""
+    write_samples(root / "s11", seed=11)
+    write_clean_twins(root / "twins", seed=11)
+    good = b'{"ts": "2026-06-18T10:00:0%d Z", "from": "a", "to": "b", "text": "hi"}\n'
+    (root / "damaged.jsonl").write_bytes(  # quarantined lines, and a last one still pending
+        good % 1 + b"{not json\n" + b"\n" + b"\xff\xfe\n" + good % 2 + b'{"ts": "2026-06-18T1')
+    return root
+
+
+@pytest.fixture(scope="session")
+def stores(spark, tmp_path_factory):
+    """Each data set ingested by both engines: name → (DuckDB's store, Spark's store)."""
+    from loophound.spark.ingest import ingest_on_spark
+
+    tmp = tmp_path_factory.mktemp("engines")
+    sets = {"samples": [str(ROOT / "sample_logs")],
+            "incidents": [str(_incidents(tmp / "incidents"))]}
+    out = {}
+    for name, paths in sets.items():
+        a, b = Store(tmp / f"{name}-duckdb"), Store(tmp / f"{name}-spark")
+        ingest(paths, a)
+        ingest_on_spark(spark, paths, b)
+        out[name] = (a, b)
+    return out
+
+
+def _rows(store: Store, sql: str) -> list[tuple]:
+    con = store.connect(isolated=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_spark_ingest_stores_the_same_events_with_the_same_ids(stores):
+    a, b = stores["samples"]
+    for sql in ("SELECT * FROM events ORDER BY event_id",
+                "SELECT * FROM quarantine ORDER BY file, line",
+                "SELECT * EXCLUDE (first_seen, last_read) FROM inputs ORDER BY input_id"):
+        assert _rows(a, sql) == _rows(b, sql), sql
+    assert len(_rows(a, "SELECT * FROM events")) > 10_000
+    # read in parallel: the samples' 26 inputs were cut into several tasks' files
+    assert len(list((b.root / "events").glob("*.parquet"))) > 1
+    assert not (b.root / "spark-staging").exists()
+
+
+def test_files_continuing_others_are_read_after_the_new_ones_on_the_driver(stores):
+    a, b = stores["incidents"]
+    # the ids of the files read on the driver come after the executors' files: compare the
+    # events by where they are (file, line), and the outcome joins by what they answer
+    sql = """SELECT e.* EXCLUDE (event_id, answers), q.file, q.line
+             FROM events e LEFT JOIN events q ON q.event_id = e.answers
+             ORDER BY e.file, e.line, e.event_id & 4294967295"""
+    left, right = _rows(a, sql), _rows(b, sql)
+    assert len(left) > 10_000 and left == right
+    quarantine = "SELECT * FROM quarantine ORDER BY file, line"
+    assert len(_rows(a, quarantine)) == 4 and _rows(a, quarantine) == _rows(b, quarantine)
+    inputs = "SELECT path, format, sha256, bytes, lines FROM inputs ORDER BY path"
+    assert _rows(a, inputs) == _rows(b, inputs)
+
+
+def _document(result) -> dict:
+    doc = json.loads(json.dumps(result.document, default=str))
+    doc.pop("generated_at", None)
+    return doc
+
+
+@pytest.mark.parametrize("data", ["samples", "incidents"])
+def test_spark_scan_finds_what_the_default_engine_finds(spark, stores, data):
+    from loophound.spark.scan import scan_on_spark
+
+    a, b = stores[data]
+    expected = _document(scan_store(a, only=ON_SPARK, save=False))
+    got = _document(scan_on_spark(spark, b, only=ON_SPARK))
+    assert expected["findings"], "the data must give the detectors something to find"
+    assert {f["detector"] for f in expected["findings"]} == set(ON_SPARK)
+    assert got == expected
+    # the run is saved in the store as the default engine saves it: `report`/`sql` read it
+    assert _rows(b, "SELECT count(*) FROM findings")[0][0] == len(expected["findings"])
+
+
+def test_scan_on_spark_refuses_detectors_that_need_every_event(tmp_path):
+    whole = [n for n in DETECTORS if not DETECTORS[n].partition_by]
+    got = CliRunner().invoke(app, ["scan", "--store", str(tmp_path), "--engine", "spark"])
+    assert got.exit_code == 2
+    assert "cannot run" in got.output and whole[0] in got.output and "--only" in got.output
+    got = CliRunner().invoke(app, ["scan", "--store", str(tmp_path), "--engine", "spark",
+                                   "--incremental"])
+    assert got.exit_code == 2 and "--incremental" in got.output
+
+
+def test_the_default_engine_never_imports_pyspark(tmp_path):
+    code = ("import sys, loophound.cli, loophound.api, loophound.scan; "
+            "print('pyspark' in sys.modules or 'loophound.spark' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=os.environ | {"PYTHONPATH": str(ROOT / "src")}, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
