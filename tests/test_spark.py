@@ -151,3 +151,14 @@ def test_the_default_engine_never_imports_pyspark(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=os.environ | {"PYTHONPATH": str(ROOT / "src")}, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_scan_only_runs_the_detectors_named_on_the_default_engine_too(tmp_path):
+    store = tmp_path / "store"
+    got = CliRunner().invoke(app, ["scan", str(ROOT / "sample_logs" / "bproxy"), "--store",
+                                   str(store), "--only", "repeated_error", "--json", "-"])
+    assert got.exit_code == 1, got.output  # the storm is critical
+    doc = json.loads(got.stdout[got.stdout.index("{"):])
+    assert doc["findings"] and {f["detector"] for f in doc["findings"]} == {"repeated_error"}
+    got = CliRunner().invoke(app, ["scan", "--store", str(store), "--only", "loops"])
+    assert got.exit_code == 2 and "no detector named loops" in got.output
