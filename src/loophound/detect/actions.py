@@ -33,6 +33,9 @@ from ..vocabulary import Severity
 from .base import param
 
 ACTION_KINDS = ("tool_call", "request", "step")
+# the longest cycle of calls alternating_action looks for (its `max_cycle`), and the longest
+# a retry run of repeated_error leaves to it (a cycle of calls is described whole there)
+MAX_CYCLE = 4
 # what another party says to the actor: a new instruction ends a run
 TOLD_KINDS = ("message", "room_post", "request", "trigger")
 # the actor's own lines between its actions: the turns a loop pays for

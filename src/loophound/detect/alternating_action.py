@@ -35,6 +35,7 @@ from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
+    MAX_CYCLE,
     LoopParams,
     Pace,
     Shape,
@@ -59,7 +60,7 @@ class Params(LoopParams):
                                    "A-B-A-B-A-B)")
     high_cycles: float = param(5.0, "times round that make a cycle high")
     critical_cycles: float = param(50.0, "times round that make a cycle critical")
-    max_cycle: int = param(4, "longest cycle searched, in calls")
+    max_cycle: int = param(MAX_CYCLE, "longest cycle searched, in calls")
 
 
 CLAIM = claim_sql(ACTION_KINDS)

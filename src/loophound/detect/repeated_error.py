@@ -6,7 +6,10 @@ a loop by itself: a caller that backs off (gaps that keep growing) or stops afte
 is healthy; one that keeps firing at a steady pace after the service said "never retry" is
 the seed-001 incident. Severity says which, and the finding shows the gaps that decided it.
 Errors are the same when their texts are equal after masking ids, times, hashes and numbers
-(normalise.py): `lock held by pid 4182` and `lock held by pid 977` are one error.
+(normalise.py): `lock held by pid 4182` and `lock held by pid 977` are one error. An agent's
+tool call (kind `tool_call`) is the same attempt only with the same arguments and result too
+(`action_key`, `result_key`): ten greps for ten names that each match nothing (`Exit code 1`)
+are ten calls, not one call failing ten times.
 
 - measure: the runs (`failure_runs` cuts them, `gap_figures` sums up their gaps), with what
   should have stopped the caller (a close of the session before the run) and whether the
@@ -16,19 +19,50 @@ Errors are the same when their texts are equal after masking ids, times, hashes 
   critical from `critical_count` attempts, or from 10 × `min_count` at a tight pace (median gap
   ≤ `tight_gap_s`); high below that;
 - describe: what happened, the pace, and a circuit breaker to add.
+
+An agent retries differently. Between two attempts at a `git commit` that the pre-commit hook
+rejects it runs `git add`, which succeeds, and sometimes edits a file: every attempt is a turn
+in which it read the error and chose to send the same call again. Runs cut at the caller's
+next success never see that loop (the `git add` ends them), and seven attempts in six minutes
+is far below a machine storm's `min_count`. So an agent's tool calls (kind `tool_call`: the
+vocabulary's "an agent's tool or function call, its result on the same event", which every
+agent format writes and a mapping can too) are also read call by call: a *retry run* is one
+(actor, session, action_key)'s attempts that all failed the same way (the same `result_key`
+and error after masking: the hook's whole message, not only `Exit code 1`), whatever other
+calls came between, with no pause over `retry_gap_s`. It ends where that call got another
+outcome: a success, or another failure (the test now fails elsewhere: progress). From
+`retry_min_count` attempts it is a finding. Peers do less: OpenHands' StuckDetector stops an
+agent after 3 identical errors, but only when nothing came between; agenttrace counts a tool
+name in a row. What stays quiet, and why:
+- a TDD loop: `pytest` fails again and again while the agent edits code, each time with
+  another failure (the outcome changes: no retry run is longer than one);
+- a call that fails a few times (below `retry_min_count`) and then works;
+- many different failing commands (a grep with no match, a missing file): each is its own
+  call, however alike their errors;
+- one failure in each of many sessions: a run is within one session.
+- a cycle of the same calls with the same results (restore the file, apply the same patch,
+  run the same failing test): alternating_action describes it whole, every step and its cost.
+A retry run that ended with the call getting another outcome is quiet when nothing came
+between its attempts (a poll that ended, as for repeated_action) and low when the agent worked
+between them (it got there, late); one that never got another outcome is high, critical from
+ten times `retry_min_count`. A retry run made only of failures a consecutive run reports is not
+reported twice. Its evidence is the lines where the agent read each failure (the tool result).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 
+from ..db import temp_table
 from ..normalise import mask
 from ..vocabulary import Severity
+from .actions import MAX_CYCLE, clip
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
 
@@ -45,6 +79,11 @@ class Params:
     tight_gap_s: float = param(2.0, "median gap at or under this is a tight (machine) loop")
     critical_count: int = param(1000, "runs this long are critical whatever their pace")
     backoff_ratio: float = param(3.0, "late gaps this many times the early ones mean back-off")
+    retry_min_count: int = param(5, "an agent's tool call (same masked arguments) failing the same "
+                                    "way this many times in one session, other calls between, is "
+                                    "a finding (OpenHands: 3 identical errors in a row)")
+    retry_gap_s: float = param(1800.0, "a longer pause between two failures of one agent's tool "
+                                       "call ends its retry run")
 
 
 # Every (actor, session, action) that failed at least `min_count` times, numbered; then their
@@ -64,9 +103,12 @@ JOIN _re_groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT
              AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
 WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
 """
+# an agent's tool call is also the same attempt only with the same arguments and result: ten
+# different greps that match nothing are ten calls, not one failing ten times
 ATTEMPTS = """
 SELECT g.g, epoch_ms(e.ts) AS t, coalesce(e.ok, false) AS ok, e.event_id,
-       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash
+       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash,
+       CASE WHEN e.kind = 'tool_call' THEN hash(e.action_key, e.result_key) ELSE 0 END AS call_hash
 """ + ATTEMPTS_FROM
 ERROR_TEXTS = "SELECT hash(e.error), any_value(e.error)" + ATTEMPTS_FROM + " GROUP BY 1"
 
@@ -181,13 +223,21 @@ def gap_figures(times_ms: np.ndarray) -> Gaps:
                 [int(x) for x in gaps[:5]], [int(x) for x in gaps[-5:]])
 
 
-def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun | Retry]:
     """Every run of at least `min_count` identical consecutive errors, with its gap figures
-    and what should have stopped it."""
+    and what should have stopped it; then every retry run of an agent's tool call that those
+    runs do not already hold."""
+    runs, covered = consecutive_runs(con, p)
+    return [*runs, *retry_runs(con, p, covered)]
+
+
+def consecutive_runs(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[ErrorRun], set[int]]:
+    """The runs of at least `min_count` identical consecutive errors, and the event ids of
+    their failures."""
     kinds = list(ATTEMPT_KINDS)
     found = con.sql(GROUPS, params={"kinds": kinds, "min_count": p.min_count}).to_arrow_table()
     if found.num_rows == 0:
-        return []
+        return [], set()
     groups = {r["g"]: (r["actor"], r["session"], r["action"]) for r in found.to_pylist()}
     format_of = input_formats(con)
     con.register("_re_groups", found)
@@ -202,14 +252,18 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
     finally:
         con.unregister("_re_groups")
     if not len(cols["t"]):
-        return []
+        return [], set()
     g, t, event_id, raw = cols["g"], cols["t"], cols["event_id"], cols["error_hash"]
     # the same error text after masking ids and numbers (normalise.py), the same number
     err = masked_numbers(raw, texts)
+    if cols["call_hash"].any():  # agents' calls: the same error of the same call, same result
+        pairs = np.column_stack([err, cols["call_hash"].astype(np.int64, copy=False)])
+        err = np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1)
     failed = cols["erred"] & ~cols["ok"]
     del cols
-    out = []
+    out, covered = [], set()
     for lo, hi in failure_runs(g, t, err, failed, p.min_count, p.max_gap_s * 1000):
+        covered.update(event_id[lo:hi].tolist())
         actor, session, action = groups[int(g[lo])]
         first_input = int(event_id[lo]) >> 32
         error = texts[raw[lo]]
@@ -221,7 +275,7 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[ErrorRun]:
             variants=variants if len(variants) > 1 else []))
     out.sort(key=lambda r: (r.start, str(r.actor), str(r.session), str(r.action)))
     _terminal_signals(con, out)
-    return out
+    return out, covered
 
 
 def _ts(ms) -> dt.datetime:
@@ -266,6 +320,183 @@ def _terminal_signals(con: duckdb.DuckDBPyConnection, runs: list[ErrorRun]) -> N
 
 
 # ---------------------------------------------------------------------------------------------
+# measure: an agent retrying one call, other calls between
+
+
+RETRY_KIND = "tool_call"
+RETRY_EVIDENCE = 10  # result lines a retry finding shows: the first nine failures and the last
+
+# Every (actor, session, call) of an agent that failed at least `retry_min_count` times,
+# numbered; then all its attempts with an outcome (a success of the same call ends a run)
+RETRY_GROUPS = """
+SELECT actor, session, action_key, hash(actor, session, action_key) AS h,
+       row_number() OVER (ORDER BY actor, session, action_key) AS g
+FROM events
+WHERE kind = $kind AND ts IS NOT NULL AND action_key IS NOT NULL AND error IS NOT NULL
+  AND ok IS DISTINCT FROM true
+GROUP BY actor, session, action_key HAVING count(*) >= $min_count
+"""
+RETRY_FROM = """
+FROM events e
+JOIN _rt_groups g ON hash(e.actor, e.session, e.action_key) = g.h
+  AND e.actor IS NOT DISTINCT FROM g.actor AND e.session IS NOT DISTINCT FROM g.session
+  AND e.action_key = g.action_key
+WHERE e.kind = $kind AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
+"""
+RETRY_ATTEMPTS = """
+SELECT g.g, epoch_ms(e.ts) AS t, e.event_id,
+       e.error IS NOT NULL AND e.ok IS DISTINCT FROM true AS failed,
+       hash(e.error) AS error_hash, hash(e.result_key) AS result_hash
+""" + RETRY_FROM + " ORDER BY g.g, t, e.event_id"
+RETRY_ERROR_TEXTS = "SELECT hash(e.error), any_value(e.error)" + RETRY_FROM + " GROUP BY 1"
+# the failures themselves, and the lines that gave the agent each result (a result line that
+# answers the call where the format writes one, the call's own line where it does not)
+RETRY_CALLS = """
+SELECT event_id, file, line, action, action_key, args, result, error
+FROM events WHERE list_contains($ids, event_id)
+"""
+RETRY_RESULT_LINES = """
+SELECT answers, arg_min(file, line), min(line)
+FROM events WHERE kind = 'response' AND list_contains($ids, answers) GROUP BY answers
+"""
+# the actor's calls from its first failure to its last, in order: what it did between
+RETRY_SEQUENCE = """
+SELECT r.i, coalesce(e.action, '?') AS action, e.action_key IS NOT DISTINCT FROM r.action_key AS own,
+       hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
+       e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS failed
+FROM _rt_runs r JOIN events e ON e.actor IS NOT DISTINCT FROM r.actor
+  AND e.session IS NOT DISTINCT FROM r.session
+WHERE e.kind = $kind AND e.ts BETWEEN r.start AND r.stop
+ORDER BY r.i, e.ts, e.event_id
+"""
+CLAIM_RETRY = claim_units("list_contains($ids, e.event_id)")
+
+
+@dataclass
+class Retry:
+    """One agent's tool call sent again and again, failing the same way every time, whatever
+    other calls came between."""
+
+    actor: str | None
+    session: str | None
+    action: str | None
+    action_key: str
+    args: str | None
+    error: str  # the first failure's error value (its first line, in agent formats)
+    result: str | None  # the first failure's result, as the log gives it
+    count: int
+    start: dt.datetime
+    stop: dt.datetime
+    gaps: Gaps
+    ended_by_change: bool  # the same call's next attempt got another outcome
+    failures: list[int]  # the failures' event ids
+    result_lines: list[tuple[str, int]]  # where the agent read each failure, in order
+    between: dict[str, int] = dataclasses.field(default_factory=dict)  # other calls by action
+    between_failed: int = 0  # of those, how many failed
+
+
+def retry_ranges(group: np.ndarray, t: np.ndarray, failure: np.ndarray, failed: np.ndarray,
+                 min_count: int, max_gap_ms: float) -> list[tuple[int, int, bool]]:
+    """(lo, hi, ended_by_change) of the retry runs over one call's attempts (sorted by group,
+    then time; `failure`: a number per distinct failure): `failure_runs` over the call's own
+    attempts, so that other calls between do not cut a run and another outcome of the call
+    does; ended_by_change when the call's next attempt, in time, got another outcome."""
+    out = []
+    for lo, hi in failure_runs(group, t, failure, failed, min_count, max_gap_ms):
+        ended = hi < len(t) and group[hi] == group[lo] and t[hi] - t[hi - 1] <= max_gap_ms
+        out.append((lo, hi, bool(ended)))
+    return out
+
+
+def retry_runs(con: duckdb.DuckDBPyConnection, p: Params, covered: set[int]) -> list[Retry]:
+    """Every retry run of at least `retry_min_count` attempts that is not made only of
+    failures in `covered` (a consecutive run's), with the lines where each failure was read
+    and what the agent did between."""
+    found = con.sql(RETRY_GROUPS, params={"kind": RETRY_KIND, "min_count": p.retry_min_count}
+                    ).to_arrow_table()
+    if found.num_rows == 0:
+        return []
+    con.register("_rt_groups", found)
+    try:
+        cols = con.execute(RETRY_ATTEMPTS, {"kind": RETRY_KIND}).fetchnumpy()
+        texts = dict(con.execute(RETRY_ERROR_TEXTS, {"kind": RETRY_KIND}).fetchall())
+    finally:
+        con.unregister("_rt_groups")
+    g, t, event_id, failed = cols["g"], cols["t"], cols["event_id"], cols["failed"].astype(bool)
+    # one number per failure: the masked error and the result (already masked, as result_key)
+    pairs = np.column_stack([masked_numbers(cols["error_hash"], texts),
+                             cols["result_hash"].astype(np.int64, copy=False)])
+    failure = np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1)
+    kept = [(lo, hi, ended) for lo, hi, ended in
+            retry_ranges(g, t, failure, failed, p.retry_min_count, p.retry_gap_s * 1000)
+            if not covered.issuperset(event_id[lo:hi].tolist())]
+    if not kept:
+        return []
+    ids = [int(i) for lo, hi, _ in kept for i in event_id[lo:hi]]
+    calls = {r[0]: r for r in con.execute(RETRY_CALLS, {"ids": ids}).fetchall()}
+    answered = {r[0]: (r[1], r[2]) for r in con.execute(RETRY_RESULT_LINES, {"ids": ids}).fetchall()}
+    groups = {r["g"]: (r["actor"], r["session"]) for r in found.to_pylist()}
+    out = []
+    for lo, hi, ended in kept:
+        actor, session = groups[int(g[lo])]
+        _, _, _, action, action_key, args, result, error = calls[int(event_id[lo])]
+        failures = [int(i) for i in event_id[lo:hi]]
+        out.append(Retry(
+            actor=actor, session=session, action=action, action_key=action_key, args=args,
+            error=error, result=result, count=hi - lo, start=_ts(t[lo]), stop=_ts(t[hi - 1]),
+            gaps=gap_figures(t[lo:hi]), ended_by_change=ended, failures=failures,
+            result_lines=[answered.get(i, calls[i][1:3]) for i in failures]))
+    out.sort(key=lambda r: (r.start, str(r.actor), str(r.session), r.action_key))
+    return [r for r, cycle in zip(out, _what_came_between(con, out), strict=True) if not cycle]
+
+
+def _what_came_between(con: duckdb.DuckDBPyConnection, runs: list[Retry]) -> list[bool]:
+    """Fill in what each retrying agent did between its first failure and its last (its other
+    calls, by action, and how many failed), and say which runs come round a cycle: the same
+    k ≤ MAX_CYCLE calls with the same results between every two attempts (restore the file,
+    apply the same patch, run the same failing test). alternating_action describes such a
+    loop whole, all its steps and what each cost, so it is left to it. One query for all runs."""
+    if not runs:
+        return []
+    temp_table(con, "_rt_runs", {
+        "i": ("INTEGER", list(range(len(runs)))),
+        "actor": ("VARCHAR", [r.actor for r in runs]),
+        "session": ("VARCHAR", [r.session for r in runs]),
+        "action_key": ("VARCHAR", [r.action_key for r in runs]),
+        "start": ("TIMESTAMP", [r.start for r in runs]),
+        # the runs' times are whole milliseconds, a log's may be finer
+        "stop": ("TIMESTAMP", [r.stop + dt.timedelta(milliseconds=1) for r in runs])})
+    try:
+        rows = con.execute(RETRY_SEQUENCE, {"kind": RETRY_KIND}).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _rt_runs")
+    seqs: dict[int, list[tuple]] = {}
+    for i, action, own, fkey, failed in rows:
+        seqs.setdefault(i, []).append((action, own, fkey, failed))
+        if not own:
+            runs[i].between[action] = runs[i].between.get(action, 0) + 1
+            runs[i].between_failed += int(bool(failed))
+    for r in runs:
+        r.between = dict(sorted(r.between.items(), key=lambda kv: (-kv[1], kv[0])))
+    return [is_cycle([own for _, own, _, _ in seqs.get(i, [])],
+                     [fkey for _, _, fkey, _ in seqs.get(i, [])], MAX_CYCLE)
+            for i in range(len(runs))]
+
+
+def is_cycle(own: list[bool], keys: list, max_k: int) -> bool:
+    """Whether a sequence of calls (`own`: which are the retried call's; `keys`: each call
+    with its result) comes round one cycle of 2 … `max_k` calls from the first retried call to
+    the last: the retried call every k-th call, and each call the same as the one k before."""
+    at = [i for i, o in enumerate(own) if o]
+    if len(at) < 2:
+        return False
+    k = at[1] - at[0]
+    if not 2 <= k <= max_k or any(b - a != k for a, b in zip(at, at[1:], strict=False)):
+        return False
+    return all(keys[i] == keys[i + k] for i in range(at[0], at[-1] - k + 1))
+
+
+# ---------------------------------------------------------------------------------------------
 # judge
 
 
@@ -286,7 +517,9 @@ def pace(count: int, gaps: Gaps, p: Params) -> Pace:
                 tight=(gaps.median_ms or 0.0) <= p.tight_gap_s * 1000, cv=cv)
 
 
-def judge(r: ErrorRun, p: Params) -> Severity:
+def judge(r: ErrorRun | Retry, p: Params) -> Severity | None:
+    if isinstance(r, Retry):
+        return judge_retry(r, p)
     pc = pace(r.count, r.gaps, p)
     if pc.backing_off:
         return Severity.MEDIUM if r.count < p.critical_count else Severity.HIGH
@@ -299,7 +532,23 @@ def judge(r: ErrorRun, p: Params) -> Severity:
 # describe
 
 
-def describe(r: ErrorRun, severity: Severity, p: Params) -> Finding:
+def judge_retry(r: Retry, p: Params) -> Severity | None:
+    """Critical from ten times `retry_min_count` (each attempt was a paid model turn). Below
+    that, a run that ended with the call getting another outcome is a poll that ended when
+    nothing came between its attempts (the agent waited for the world: quiet, as
+    repeated_action's), and low when the agent worked between them (it got there, late); a run
+    that never got another outcome is high: the agent read the same failure again and again and
+    sent the same call each time."""
+    if r.count >= 10 * p.retry_min_count:
+        return Severity.CRITICAL
+    if r.ended_by_change:
+        return Severity.LOW if r.between else None
+    return Severity.HIGH
+
+
+def describe(r: ErrorRun | Retry, severity: Severity, p: Params) -> Finding:
+    if isinstance(r, Retry):
+        return describe_retry(r, severity, p)
     n, median_ms = r.count, r.gaps.median_ms or 0.0
     pc = pace(n, r.gaps, p)
     duration_s = (r.stop - r.start).total_seconds()
@@ -359,9 +608,93 @@ def _recommendation(error: str | None, never: bool, terminal: bool) -> str:
             "and a cap on attempts.")
 
 
+def describe_retry(r: Retry, severity: Severity, p: Params) -> Finding:
+    n, median_ms = r.count, r.gaps.median_ms or 0.0
+    duration_s = (r.stop - r.start).total_seconds()
+    rate = n / duration_s if duration_s > 0 else float(n)
+    who = r.actor or (f"session {r.session}" if r.session else "an agent")
+    what = f"`{r.action}`" if r.action else "the same call"
+    where = f" in session {r.session}" if r.session else ""
+    args, result = clip(r.args, 120), clip(r.result, 160)
+    others = sum(r.between.values())
+    pace_text = f"every {median_ms / 1000:.3g} s (median)" if median_ms else "in a burst"
+    command = _command(r.args)
+    title = (f"{what}" + (f" `{command}`" if command else "") + f" failed the same way {n:,} times "
+             f"in {human_duration(duration_s)}, {'other calls between' if others else 'in a row'} "
+             f"({clip(r.error, 80)}){where}")
+    summary = (
+        f"{who} sent the same call {n:,} times{where}, {what}" + (f" with {args}" if args else "")
+        + f", over {human_duration(duration_s)}, {pace_text}, and read the same failure every "
+          f"time: {result or r.error}"
+        + (f". Between the attempts it made {others:,} other call{'s' if others > 1 else ''} ("
+           + ", ".join(f"{c:,} `{a}`" for a, c in r.between.items())
+           + f"; {others - r.between_failed:,} succeeded), and none of them changed the outcome"
+           if others else "")
+        + (". The run ended when the call got another outcome" if r.ended_by_change
+           else ". The call never got another outcome")
+        + ".")
+    picks = _retry_picks(r)
+    return Finding(
+        detector="repeated_error",
+        key=f"retry|{r.actor}|{r.session}|{r.action_key}|{r.start:%Y-%m-%dT%H:%M:%S.%f}",
+        severity=severity, title=title, summary=summary,
+        signal=f"the same {what} failing the same way {n:,} times",
+        recommendation=RETRY_RECOMMENDATION,
+        start=r.start, end=r.stop,
+        actors=[r.actor] if r.actor else [], targets=[],
+        sessions=[r.session] if r.session else [],
+        claim_sql=CLAIM_RETRY,
+        # the stop one millisecond on: the runs' times are whole milliseconds, a log's finer
+        claim_params={"start": r.start, "stop": r.stop + dt.timedelta(milliseconds=1),
+                      "ids": r.failures},
+        unit_kinds=(RETRY_KIND,),
+        details={
+            "error": r.error, "action": r.action, "args": clip(r.args, 400),
+            "result": clip(r.result, 400), "count": n, "duration_s": duration_s,
+            "rate_per_s": rate, "median_gap_ms": median_ms, "retried_with_calls_between": True,
+            "calls_between": others, "calls_between_by_action": dict(r.between),
+            "calls_between_failed": r.between_failed,
+            "ended_by_another_outcome": r.ended_by_change,
+        },
+        evidence=picks,
+        evidence_limit=len(picks) + 2,
+    )
+
+
+def _command(args: str | None) -> str | None:
+    """What a title names the call by: the `command` of its arguments (a shell tool's), else
+    nothing (the summary quotes the arguments)."""
+    try:
+        value = json.loads(args) if args else None
+    except ValueError:
+        return None
+    command = value.get("command") if isinstance(value, dict) else None
+    if isinstance(command, list):  # Codex's older `shell`: ["bash", "-lc", "git commit"]
+        command = " ".join(str(c) for c in command)
+    return clip(command, 70) if isinstance(command, str) and command.strip() else None
+
+
+def _retry_picks(r: Retry) -> list[EvidenceLine]:
+    """The lines where the agent read the failure: the first RETRY_EVIDENCE - 1 and the last."""
+    n = len(r.result_lines)
+    shown = list(range(min(n, RETRY_EVIDENCE - 1))) + ([n - 1] if n >= RETRY_EVIDENCE else [])
+    return [EvidenceLine(*r.result_lines[i], f"attempt {i + 1} of {n:,}: {clip(r.error, 100)}")
+            for i in shown]
+
+
+RETRY_RECOMMENDATION = (
+    "Stop an agent that resends a call which keeps failing the same way: count (tool input, "
+    "error) per session in the agent's harness and after 3 identical failures refuse the "
+    "identical call and make the agent re-plan or ask (a Claude Code `PreToolUse` hook that "
+    "blocks with exit code 2; OpenHands' StuckDetector stops after 3 identical errors, but only "
+    "in a row, and the calls between hid this one). When a check rejects the call (a pre-commit "
+    "hook, a linter, a test), fix what it reports before sending the call again, or hand over.")
+
+
 DETECTOR = Detector(
     name="repeated_error",
-    description="the same error returned again and again to the same caller or session",
+    description="the same error returned again and again to the same caller or session, or to "
+                "an agent resending the same tool call between other calls",
     params=Params,
     run=staged(measure, judge, describe),
     rank=10,
