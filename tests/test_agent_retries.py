@@ -365,3 +365,16 @@ def test_retry_severity():
     assert judge_retry(_retry(ended=True, between={}), p) is None
     # ten times the threshold is critical however it ended
     assert judge_retry(_retry(count=10 * p.retry_min_count, ended=True), p) == Severity.CRITICAL
+
+
+def test_one_task_run_twice_is_two_runs_of_the_agent(tmp_path):
+    """Two mini-swe-agent trajectories of one task name one session, on the same simulated
+    clock: 3 identical failures in each are two runs of 3, not one of 6."""
+    agent = AGENTS[2]
+    for run, step_s in (("model-a", 20.0), ("model-b", 25.0)):
+        _mini_swe_agent(tmp_path / "logs" / run, "acme__shop-7", session_of(agent, "c a c a c",
+                                                                             step_s))
+    doc, code = scan(tmp_path / "logs", tmp_path)
+    assert len(doc["inputs"]) == 2
+    assert [f["title"] for f in doc["findings"] if f["detector"] == "repeated_error"] == []
+    assert code == 0

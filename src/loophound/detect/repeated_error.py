@@ -45,8 +45,10 @@ name in a row. What stays quiet, and why:
 A retry run that ended with the call getting another outcome is quiet when nothing came
 between its attempts (a poll that ended, as for repeated_action) and low when the agent worked
 between them (it got there, late); one that never got another outcome is high, critical from
-ten times `retry_min_count`. A retry run made only of failures a consecutive run reports is not
-reported twice. Its evidence is the lines where the agent read each failure (the tool result).
+ten times `retry_min_count`. A retry run that shares a failure with a consecutive run is that
+loop seen another way, and is not reported again. A retry run is within one log file (two
+trajectories of one task name one session: two runs of an agent). Its evidence is the lines
+where the agent read each failure (the tool result).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ import duckdb
 import numpy as np
 
 from ..db import temp_table
-from ..normalise import mask
+from ..normalise import mask, mask_sql
 from ..vocabulary import Severity
 from .actions import MAX_CYCLE, clip
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
@@ -92,7 +94,8 @@ class Params:
 # partition that SQL would walk on one core, three times.
 GROUPS = """
 SELECT actor, session, action, hash(actor, session, action) AS h,
-       row_number() OVER (ORDER BY actor, session, action) AS g
+       row_number() OVER (ORDER BY actor, session, action) AS g,
+       bool_or(kind = 'tool_call') AS calls
 FROM events
 WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
@@ -103,13 +106,15 @@ JOIN _re_groups g ON hash(e.actor, e.session, e.action) = g.h AND e.actor IS NOT
              AND e.session IS NOT DISTINCT FROM g.session AND e.action IS NOT DISTINCT FROM g.action
 WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
 """
-# an agent's tool call is also the same attempt only with the same arguments and result: ten
-# different greps that match nothing are ten calls, not one failing ten times
 ATTEMPTS = """
 SELECT g.g, epoch_ms(e.ts) AS t, coalesce(e.ok, false) AS ok, e.event_id,
-       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash,
-       CASE WHEN e.kind = 'tool_call' THEN hash(e.action_key, e.result_key) ELSE 0 END AS call_hash
+       e.error IS NOT NULL AS erred, hash(e.error) AS error_hash{call}
 """ + ATTEMPTS_FROM
+# an agent's tool call is also the same attempt only with the same arguments and result: ten
+# different greps that match nothing are ten calls, not one failing ten times (read only when
+# a group holds tool calls: a storm of requests does not pay for it)
+CALL_HASH = (",\n       CASE WHEN e.kind = 'tool_call' THEN hash(e.action_key, e.result_key) "
+             "ELSE 0 END AS call_hash")
 ERROR_TEXTS = "SELECT hash(e.error), any_value(e.error)" + ATTEMPTS_FROM + " GROUP BY 1"
 
 CLAIM = claim_units(
@@ -246,8 +251,9 @@ def consecutive_runs(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[Er
         # sorted by DuckDB, which spills what does not fit, and fetched as numpy columns
         # without the text of each attempt's error (its hash; the texts once each): the
         # 6 M attempts of a storm ten times seed 001's are 200 MB, not a gigabyte
-        cols = con.execute(ATTEMPTS + " ORDER BY g.g, t, e.event_id",
-                           {"kinds": kinds}).fetchnumpy()
+        calls = any(found["calls"].to_pylist())
+        cols = con.execute(ATTEMPTS.format(call=CALL_HASH if calls else "")
+                           + " ORDER BY g.g, t, e.event_id", {"kinds": kinds}).fetchnumpy()
         texts = dict(con.execute(ERROR_TEXTS, {"kinds": kinds}).fetchall())
     finally:
         con.unregister("_re_groups")
@@ -256,7 +262,7 @@ def consecutive_runs(con: duckdb.DuckDBPyConnection, p: Params) -> tuple[list[Er
     g, t, event_id, raw = cols["g"], cols["t"], cols["event_id"], cols["error_hash"]
     # the same error text after masking ids and numbers (normalise.py), the same number
     err = masked_numbers(raw, texts)
-    if cols["call_hash"].any():  # agents' calls: the same error of the same call, same result
+    if calls:  # agents' calls: the same error of the same call, with the same result
         pairs = np.column_stack([err, cols["call_hash"].astype(np.int64, copy=False)])
         err = np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1)
     failed = cols["erred"] & ~cols["ok"]
@@ -326,47 +332,37 @@ def _terminal_signals(con: duckdb.DuckDBPyConnection, runs: list[ErrorRun]) -> N
 RETRY_KIND = "tool_call"
 RETRY_EVIDENCE = 10  # result lines a retry finding shows: the first nine failures and the last
 
-# Every (actor, session, call) of an agent that failed at least `retry_min_count` times,
-# numbered; then all its attempts with an outcome (a success of the same call ends a run)
-RETRY_GROUPS = """
-SELECT actor, session, action_key, hash(actor, session, action_key) AS h,
-       row_number() OVER (ORDER BY actor, session, action_key) AS g
-FROM events
-WHERE kind = $kind AND ts IS NOT NULL AND action_key IS NOT NULL AND error IS NOT NULL
-  AND ok IS DISTINCT FROM true
-GROUP BY actor, session, action_key HAVING count(*) >= $min_count
+# The attempts (calls with an outcome) of every call of an agent, in one file, session and
+# by one actor, that failed at least `retry_min_count` times; in one scan, since a store of
+# thousands of transcripts pays for every scan of its events. `failure`: the same number for
+# the same error and result after masking (result_key is masked already), NULL for a success.
+RETRY_ATTEMPTS = f"""
+SELECT input, actor, session, action_key, t, event_id, failure IS NOT NULL AS failed,
+       coalesce(failure, 0) AS failure
+FROM (SELECT *, count(failure) OVER (PARTITION BY input, actor, session, action_key) AS n
+      FROM (SELECT event_id >> 32 AS input, actor, session, action_key, epoch_ms(ts) AS t,
+                   event_id,
+                   CASE WHEN error IS NOT NULL AND ok IS DISTINCT FROM true
+                        THEN hash({mask_sql('error')}, result_key) END AS failure
+            FROM events
+            WHERE kind = $kind AND ts IS NOT NULL AND action_key IS NOT NULL
+              AND (error IS NOT NULL OR ok IS NOT NULL)))
+WHERE n >= $min_count
+ORDER BY input, actor, session, action_key, t, event_id
 """
-RETRY_FROM = """
-FROM events e
-JOIN _rt_groups g ON hash(e.actor, e.session, e.action_key) = g.h
-  AND e.actor IS NOT DISTINCT FROM g.actor AND e.session IS NOT DISTINCT FROM g.session
-  AND e.action_key = g.action_key
-WHERE e.kind = $kind AND e.ts IS NOT NULL AND (e.error IS NOT NULL OR e.ok IS NOT NULL)
-"""
-RETRY_ATTEMPTS = """
-SELECT g.g, epoch_ms(e.ts) AS t, e.event_id,
-       e.error IS NOT NULL AND e.ok IS DISTINCT FROM true AS failed,
-       hash(e.error) AS error_hash, hash(e.result_key) AS result_hash
-""" + RETRY_FROM + " ORDER BY g.g, t, e.event_id"
-RETRY_ERROR_TEXTS = "SELECT hash(e.error), any_value(e.error)" + RETRY_FROM + " GROUP BY 1"
-# the failures themselves, and the lines that gave the agent each result (a result line that
-# answers the call where the format writes one, the call's own line where it does not)
-RETRY_CALLS = """
-SELECT event_id, file, line, action, action_key, args, result, error
-FROM events WHERE list_contains($ids, event_id)
-"""
-RETRY_RESULT_LINES = """
-SELECT answers, arg_min(file, line), min(line)
-FROM events WHERE kind = 'response' AND list_contains($ids, answers) GROUP BY answers
-"""
-# the actor's calls from its first failure to its last, in order: what it did between
-RETRY_SEQUENCE = """
-SELECT r.i, coalesce(e.action, '?') AS action, e.action_key IS NOT DISTINCT FROM r.action_key AS own,
+# For each run, in one scan: the actor's calls from its first failure to its last, in order
+# (what it did between), and the lines that gave it each failure's result (a result line that
+# answers the call where the format writes one; the call's own line where it does not)
+RETRY_DETAILS = """
+SELECT r.i, e.event_id, e.kind, e.file, e.line, coalesce(e.action, '?') AS action,
+       e.action_key, e.args, e.result, e.error, e.answers,
+       e.action_key IS NOT DISTINCT FROM r.action_key AS own,
        hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
        e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS failed
-FROM _rt_runs r JOIN events e ON e.actor IS NOT DISTINCT FROM r.actor
-  AND e.session IS NOT DISTINCT FROM r.session
-WHERE e.kind = $kind AND e.ts BETWEEN r.start AND r.stop
+FROM _rt_runs r JOIN events e ON e.event_id >> 32 = r.input
+WHERE (e.kind = $kind AND e.actor IS NOT DISTINCT FROM r.actor
+       AND e.session IS NOT DISTINCT FROM r.session AND e.ts BETWEEN r.start AND r.stop)
+   OR (e.kind = 'response' AND list_contains(r.failures, e.answers))
 ORDER BY r.i, e.ts, e.event_id
 """
 CLAIM_RETRY = claim_units("list_contains($ids, e.event_id)")
@@ -393,6 +389,7 @@ class Retry:
     result_lines: list[tuple[str, int]]  # where the agent read each failure, in order
     between: dict[str, int] = dataclasses.field(default_factory=dict)  # other calls by action
     between_failed: int = 0  # of those, how many failed
+    input: int = 0  # the input (log file) it was read from
 
 
 def retry_ranges(group: np.ndarray, t: np.ndarray, failure: np.ndarray, failed: np.ndarray,
@@ -409,78 +406,81 @@ def retry_ranges(group: np.ndarray, t: np.ndarray, failure: np.ndarray, failed: 
 
 
 def retry_runs(con: duckdb.DuckDBPyConnection, p: Params, covered: set[int]) -> list[Retry]:
-    """Every retry run of at least `retry_min_count` attempts that is not made only of
-    failures in `covered` (a consecutive run's), with the lines where each failure was read
-    and what the agent did between."""
-    found = con.sql(RETRY_GROUPS, params={"kind": RETRY_KIND, "min_count": p.retry_min_count}
+    """Every retry run of at least `retry_min_count` attempts that shares no failure with
+    `covered` (a consecutive run's: the same loop, reported once), with the lines where each failure was read
+    and what the agent did between; none that comes round a cycle (`_details`)."""
+    found = con.sql(RETRY_ATTEMPTS, params={"kind": RETRY_KIND, "min_count": p.retry_min_count}
                     ).to_arrow_table()
     if found.num_rows == 0:
         return []
-    con.register("_rt_groups", found)
-    try:
-        cols = con.execute(RETRY_ATTEMPTS, {"kind": RETRY_KIND}).fetchnumpy()
-        texts = dict(con.execute(RETRY_ERROR_TEXTS, {"kind": RETRY_KIND}).fetchall())
-    finally:
-        con.unregister("_rt_groups")
-    g, t, event_id, failed = cols["g"], cols["t"], cols["event_id"], cols["failed"].astype(bool)
-    # one number per failure: the masked error and the result (already masked, as result_key)
-    pairs = np.column_stack([masked_numbers(cols["error_hash"], texts),
-                             cols["result_hash"].astype(np.int64, copy=False)])
-    failure = np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1)
+    # a call: one action_key of one actor in one session of one file (two trajectories of one
+    # task name one session, and are two agents' runs)
+    keys = found.select(["input", "actor", "session", "action_key"]).to_pylist()
+    g = np.zeros(len(keys), dtype=np.int64)
+    g[1:] = np.cumsum([keys[i] != keys[i - 1] for i in range(1, len(keys))])
+    t, event_id = (found[c].to_numpy() for c in ("t", "event_id"))
+    failed, failure = found["failed"].to_numpy(zero_copy_only=False), found["failure"].to_numpy()
     kept = [(lo, hi, ended) for lo, hi, ended in
             retry_ranges(g, t, failure, failed, p.retry_min_count, p.retry_gap_s * 1000)
-            if not covered.issuperset(event_id[lo:hi].tolist())]
-    if not kept:
-        return []
-    ids = [int(i) for lo, hi, _ in kept for i in event_id[lo:hi]]
-    calls = {r[0]: r for r in con.execute(RETRY_CALLS, {"ids": ids}).fetchall()}
-    answered = {r[0]: (r[1], r[2]) for r in con.execute(RETRY_RESULT_LINES, {"ids": ids}).fetchall()}
-    groups = {r["g"]: (r["actor"], r["session"]) for r in found.to_pylist()}
-    out = []
-    for lo, hi, ended in kept:
-        actor, session = groups[int(g[lo])]
-        _, _, _, action, action_key, args, result, error = calls[int(event_id[lo])]
-        failures = [int(i) for i in event_id[lo:hi]]
-        out.append(Retry(
-            actor=actor, session=session, action=action, action_key=action_key, args=args,
-            error=error, result=result, count=hi - lo, start=_ts(t[lo]), stop=_ts(t[hi - 1]),
-            gaps=gap_figures(t[lo:hi]), ended_by_change=ended, failures=failures,
-            result_lines=[answered.get(i, calls[i][1:3]) for i in failures]))
+            if covered.isdisjoint(event_id[lo:hi].tolist())]
+    runs = [Retry(actor=keys[lo]["actor"], session=keys[lo]["session"], action=None,
+                  action_key=keys[lo]["action_key"], args=None, error="", result=None,
+                  count=hi - lo, start=_ts(t[lo]), stop=_ts(t[hi - 1]), gaps=gap_figures(t[lo:hi]),
+                  ended_by_change=ended, failures=[int(i) for i in event_id[lo:hi]],
+                  result_lines=[], input=int(keys[lo]["input"]))
+            for lo, hi, ended in kept]
+    cycles = _details(con, runs)
+    out = [r for r, cycle in zip(runs, cycles, strict=True) if not cycle]
     out.sort(key=lambda r: (r.start, str(r.actor), str(r.session), r.action_key))
-    return [r for r, cycle in zip(out, _what_came_between(con, out), strict=True) if not cycle]
+    return out
 
 
-def _what_came_between(con: duckdb.DuckDBPyConnection, runs: list[Retry]) -> list[bool]:
-    """Fill in what each retrying agent did between its first failure and its last (its other
-    calls, by action, and how many failed), and say which runs come round a cycle: the same
-    k ≤ MAX_CYCLE calls with the same results between every two attempts (restore the file,
-    apply the same patch, run the same failing test). alternating_action describes such a
-    loop whole, all its steps and what each cost, so it is left to it. One query for all runs."""
+def _details(con: duckdb.DuckDBPyConnection, runs: list[Retry]) -> list[bool]:
+    """Fill in each run's call (action, arguments, error and result of its first failure),
+    the lines where the agent read each failure, and what it did between its first failure
+    and its last (its other calls, by action, and how many failed); and say which runs come
+    round a cycle: the same k ≤ MAX_CYCLE calls with the same results between every two
+    attempts (restore the file, apply the same patch, run the same failing test).
+    alternating_action describes such a loop whole, all its steps and what each cost, so it
+    is left to it."""
     if not runs:
         return []
     temp_table(con, "_rt_runs", {
         "i": ("INTEGER", list(range(len(runs)))),
+        "input": ("BIGINT", [r.input for r in runs]),
         "actor": ("VARCHAR", [r.actor for r in runs]),
         "session": ("VARCHAR", [r.session for r in runs]),
         "action_key": ("VARCHAR", [r.action_key for r in runs]),
         "start": ("TIMESTAMP", [r.start for r in runs]),
         # the runs' times are whole milliseconds, a log's may be finer
-        "stop": ("TIMESTAMP", [r.stop + dt.timedelta(milliseconds=1) for r in runs])})
+        "stop": ("TIMESTAMP", [r.stop + dt.timedelta(milliseconds=1) for r in runs]),
+        "failures": ("BIGINT[]", [r.failures for r in runs])})
     try:
-        rows = con.execute(RETRY_SEQUENCE, {"kind": RETRY_KIND}).fetchall()
+        rows = con.execute(RETRY_DETAILS, {"kind": RETRY_KIND}).fetchall()
     finally:
         con.execute("DROP TABLE IF EXISTS _rt_runs")
-    seqs: dict[int, list[tuple]] = {}
-    for i, action, own, fkey, failed in rows:
-        seqs.setdefault(i, []).append((action, own, fkey, failed))
-        if not own:
-            runs[i].between[action] = runs[i].between.get(action, 0) + 1
-            runs[i].between_failed += int(bool(failed))
+    own: dict[int, list[bool]] = {}
+    fkeys: dict[int, list[int]] = {}
+    result_line: dict[int, tuple[str, int]] = {}  # a failure's event id → its result's line
+    call_line: dict[int, tuple[str, int]] = {}  # → its own line
+    for i, eid, kind, file, line, action, _, args, result, error, answers, mine, fkey, failed in rows:
+        r = runs[i]
+        if kind == "response":
+            result_line.setdefault(answers, (file, line))
+            continue
+        own.setdefault(i, []).append(mine)
+        fkeys.setdefault(i, []).append(fkey)
+        if mine:
+            call_line[eid] = (file, line)
+            if eid == r.failures[0]:
+                r.action, r.args, r.result, r.error = action, args, result, error
+        else:
+            r.between[action] = r.between.get(action, 0) + 1
+            r.between_failed += int(bool(failed))
     for r in runs:
         r.between = dict(sorted(r.between.items(), key=lambda kv: (-kv[1], kv[0])))
-    return [is_cycle([own for _, own, _, _ in seqs.get(i, [])],
-                     [fkey for _, _, fkey, _ in seqs.get(i, [])], MAX_CYCLE)
-            for i in range(len(runs))]
+        r.result_lines = [result_line.get(f) or call_line[f] for f in r.failures]
+    return [is_cycle(own.get(i, []), fkeys.get(i, []), MAX_CYCLE) for i in range(len(runs))]
 
 
 def is_cycle(own: list[bool], keys: list, max_k: int) -> bool:
