@@ -335,20 +335,22 @@ RETRY_EVIDENCE = 10  # result lines a retry finding shows: the first nine failur
 # The attempts (calls with an outcome) of every call of an agent, in one file, session and
 # by one actor, that failed at least `retry_min_count` times; in one scan, since a store of
 # thousands of transcripts pays for every scan of its events. `failure`: the same number for
-# the same error and result after masking (result_key is masked already), NULL for a success.
+# the same error and result after masking (result_key is masked already), 0 for a success.
 RETRY_ATTEMPTS = f"""
-SELECT input, actor, session, action_key, t, event_id, failure IS NOT NULL AS failed,
-       coalesce(failure, 0) AS failure
-FROM (SELECT *, count(failure) OVER (PARTITION BY input, actor, session, action_key) AS n
-      FROM (SELECT event_id >> 32 AS input, actor, session, action_key, epoch_ms(ts) AS t,
-                   event_id,
-                   CASE WHEN error IS NOT NULL AND ok IS DISTINCT FROM true
-                        THEN hash({mask_sql('error')}, result_key) END AS failure
-            FROM events
-            WHERE kind = $kind AND ts IS NOT NULL AND action_key IS NOT NULL
-              AND (error IS NOT NULL OR ok IS NOT NULL)))
-WHERE n >= $min_count
-ORDER BY input, actor, session, action_key, t, event_id
+WITH calls AS MATERIALIZED (
+  SELECT event_id >> 32 AS input, actor, session, action_key, ts, event_id, error, result_key,
+         error IS NOT NULL AND ok IS DISTINCT FROM true AS failed
+  FROM events
+  WHERE kind = $kind AND ts IS NOT NULL AND action_key IS NOT NULL
+    AND (error IS NOT NULL OR ok IS NOT NULL)),
+retried AS (
+  SELECT input, actor, session, action_key FROM calls WHERE failed
+  GROUP BY ALL HAVING count(*) >= $min_count)
+SELECT c.input, c.actor, c.session, c.action_key, epoch_ms(c.ts) AS t, c.event_id, c.failed,
+       CASE WHEN c.failed THEN hash({mask_sql('c.error')}, c.result_key) ELSE 0 END AS failure
+FROM calls c SEMI JOIN retried r ON c.input = r.input AND c.action_key = r.action_key
+  AND c.actor IS NOT DISTINCT FROM r.actor AND c.session IS NOT DISTINCT FROM r.session
+ORDER BY c.input, c.actor, c.session, c.action_key, t, c.event_id
 """
 # For each run, in one scan: the actor's calls from its first failure to its last, in order
 # (what it did between), and the lines that gave it each failure's result (a result line that
@@ -360,9 +362,10 @@ SELECT r.i, e.event_id, e.kind, e.file, e.line, coalesce(e.action, '?') AS actio
        hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
        e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS failed
 FROM _rt_runs r JOIN events e ON e.event_id >> 32 = r.input
-WHERE (e.kind = $kind AND e.actor IS NOT DISTINCT FROM r.actor
-       AND e.session IS NOT DISTINCT FROM r.session AND e.ts BETWEEN r.start AND r.stop)
-   OR (e.kind = 'response' AND list_contains(r.failures, e.answers))
+WHERE e.kind IN ($kind, 'response')
+  AND ((e.kind = $kind AND e.actor IS NOT DISTINCT FROM r.actor
+        AND e.session IS NOT DISTINCT FROM r.session AND e.ts BETWEEN r.start AND r.stop)
+       OR (e.kind = 'response' AND list_contains(r.failures, e.answers)))
 ORDER BY r.i, e.ts, e.event_id
 """
 CLAIM_RETRY = claim_units("list_contains($ids, e.event_id)")
@@ -419,7 +422,8 @@ def retry_runs(con: duckdb.DuckDBPyConnection, p: Params, covered: set[int]) -> 
     g = np.zeros(len(keys), dtype=np.int64)
     g[1:] = np.cumsum([keys[i] != keys[i - 1] for i in range(1, len(keys))])
     t, event_id = (found[c].to_numpy() for c in ("t", "event_id"))
-    failed, failure = found["failed"].to_numpy(zero_copy_only=False), found["failure"].to_numpy()
+    failed = found["failed"].to_numpy(zero_copy_only=False)
+    failure = found["failure"].to_numpy()
     kept = [(lo, hi, ended) for lo, hi, ended in
             retry_ranges(g, t, failure, failed, p.retry_min_count, p.retry_gap_s * 1000)
             if covered.isdisjoint(event_id[lo:hi].tolist())]
@@ -700,6 +704,7 @@ DETECTOR = Detector(
     rank=10,
     reads=ATTEMPT_KINDS,
     needs=(("ts",), ("error",), ("actor", "session")),
-    # runs are one (actor, session, action)'s; what stopped them, a close of the session
+    # runs are one (actor, session, action)'s, retry runs one (actor, session, call)'s; what
+    # stopped them, a close of the session
     partition_by=("session",),
 )
