@@ -425,3 +425,42 @@ def test_a_rewritten_companion_replaces_its_rows_and_their_files(tmp_path):
     now = set((tmp_path / "st" / "events").glob("*.parquet"))
     assert q(store, metrics) == [(2 * first[0][0],)]
     assert len(now - files) == 1 and len(files - now) == 1  # the old rows' file went too
+
+
+@pytest.mark.parametrize("id_key", ["req_id", None])
+def test_the_index_of_read_rows_kept_on_disk_changes_nothing(tmp_path, monkeypatch, id_key):
+    """Past SPILL_ROWS the narrow index of a read's rows (which responses look back into)
+    waits in scratch Parquet files: the events, the requests' outcomes and the warnings are
+    those of a read that kept it all in memory, and the scratch files are gone after."""
+    from loophound import ingest as ingest_module
+    from loophound.synth.bproxy_variants import Variant, write_bproxy_variant
+
+    log = tmp_path / "daemon.log"
+    write_bproxy_variant(log, Variant("spill", id_key=id_key), storm_requests=300,
+                         storm_hours=30 / 3600, session_minutes=1.0)
+    with log.open("a") as fh:  # a step back in time and a line without one, late in the log
+        fh.write(json.dumps({"event": "received", "time": 1000, "pid": 1, "action": "x"}) + "\n")
+        fh.write(json.dumps({"event": "received", "pid": 1, "action": "y"}) + "\n")
+    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
+    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)  # read alone, chunk by chunk
+
+    def read(name: str) -> tuple:
+        store = Store(tmp_path / name)
+        report = ingest([str(log)], store)
+        con = store.connect()
+        rows = con.execute("SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall()
+        outcomes = con.execute("SELECT * FROM requests ORDER BY 1").fetchall()
+        assert not any((store.root / "scratch").glob("*"))
+        return rows, outcomes, report.files[0].warnings
+
+    in_memory = read("memory")
+    monkeypatch.setattr(ingest_module, "SPILL_ROWS", 150)
+    spills = []
+    spill = ingest_module._FileRows._spill
+    monkeypatch.setattr(ingest_module._FileRows, "_spill",
+                        lambda self: spills.append(1) or spill(self))
+    spilled = read("spilled")
+    assert len(spills) > 5
+    assert in_memory[0] and any(w.startswith("1 events are earlier") for w in in_memory[2])
+    assert spilled == in_memory

@@ -537,9 +537,8 @@ def _map_document(path: Path, shown: str, store: Store, fmt: Format, options: In
     con = db.scratch()
     create_batch_table(con)
     batch_id = _next_id(store, "batches", "batch_id")
-    sink = _ChunkSink(con, fmt, ctx, store, batch_id)
-    for view in ("stored_events", "recent_stored_events"):  # its earlier events no longer stand
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {NARROW} FROM file_rows")
+    # its earlier events no longer stand: the formats see only what this read finished
+    sink = _ChunkSink(con, fmt, ctx, store, batch_id, earlier=[])
     mapper = _Mapper(con, fmt, ctx)
     if ranges is None:  # nothing the format knows: the document is one quarantined record
         ranges = []
@@ -553,11 +552,12 @@ def _map_document(path: Path, shown: str, store: Store, fmt: Format, options: In
     finally:
         events = sink.close()
     _record_late_outcomes(store, con)
+    rows = sink.rows
     state = ReadState(next_line=max(len(ranges), len(rejected)) + 1, next_offset=len(data))
     rep.events, rep.new_bytes, rep.sha256 = events, len(data), digest
     rep.quarantined = Counter(r.reason for r in rejected)
     rep.lines = state.next_line - 1
-    rep.warnings += _warnings(con)
+    rep.warnings += rows.warnings()
     if mapper.unknown:
         keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(mapper.unknown.items())[:10])
         rep.warnings.append(f"keys of its steps the {fmt.name} format does not know: {keys}; "
@@ -568,7 +568,7 @@ def _map_document(path: Path, shown: str, store: Store, fmt: Format, options: In
             range_sha=digest, compressed=compression_of(path) is not None, batch_id=batch_id,
             events_file=sink.relative if events else None, events=events,
             replace=known is not None, tail=data[-TAIL_LEN:],
-            ts_range=con.execute("SELECT min(ts), max(ts) FROM file_rows").fetchall()[0])
+            ts_range=rows.ts_range)
     con.close()
 
 
@@ -788,8 +788,8 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         stream = StopAtDamage(stream, state.next_offset, compressed)
         mapper = _Mapper(con, fmt, ctx)
         try:
-            chunks = read_lines(stream, state, on_consumed=on_consumed, on_read=on_read,
-                                max_line_bytes=options.max_line_bytes)
+            chunks = read_lines(stream, state, chunk_bytes=CHUNK_BYTES, on_consumed=on_consumed,
+                                on_read=on_read, max_line_bytes=options.max_line_bytes)
             chunks = _read_ahead(chunks) if threaded else chunks
             batch = next(chunks, None)
             while batch is not None:
@@ -812,12 +812,12 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         if stream.damage:
             rep.warnings.append(_damage_warning(stream.damage, state.next_line - 1))
         _record_late_outcomes(store, con)
-        ts_range = con.execute("SELECT min(ts), max(ts) FROM file_rows").fetchall()[0]
+        ts_range = sink.rows.ts_range
         rep.events, rep.new_bytes = events, state.next_offset - first_offset
         rep.quarantined = Counter(r.reason for r in rejected)
         rep.lines = state.next_line - 1
         rep.pending = state.partial
-        rep.warnings += _warnings(con) + _unknown_warning(fmt.name, mapper.unknown)
+        rep.warnings += sink.rows.warnings() + _unknown_warning(fmt.name, mapper.unknown)
         rep.warnings += fmt.notes(ctx) if fmt.notes else []
         digest = hasher.hexdigest()  # of exactly the bytes up to the watermark
         rep.sha256 = digest
@@ -996,7 +996,7 @@ class _Group:
         quarantined alone, as in a file read alone: that is not a failure)."""
         create_batch_table(con)
         con.execute("CREATE OR REPLACE TEMP TABLE _rows AS SELECT * FROM batch")
-        _stored_views(con, [], 0)  # nothing of a new file is stored
+        _FileRows(con, self.store, "", [], 0)  # nothing of a new file is stored
         db.temp_table(con, "_group_files", {
             "input_id": ("BIGINT", [m.input_id for m in members]),
             "file": ("VARCHAR", [m.shown for m in members])})
@@ -1223,13 +1223,17 @@ class _ChunkSink:
     """Finishes each mapped chunk and streams it into the batch's one Parquet file.
 
     Chunks go to disk as they are done, so memory holds one chunk plus a narrow index of the
-    file's rows (`file_rows`), which formats join against through `stored_events` (this
-    file's every earlier event) or `recent_stored_events` (those of its newest batches)."""
+    file's newest rows (`_FileRows`), which formats join against through `stored_events`
+    (this file's every earlier event) or `recent_stored_events` (those of its newest
+    batches). `earlier`: the committed events files the formats may look back into (by
+    default the file's own)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
-                 store: Store, batch_id: int, threaded: bool = True):
+                 store: Store, batch_id: int, threaded: bool = True,
+                 earlier: list[str] | None = None):
         self.con, self.fmt, self.ctx = con, fmt, ctx
-        self.relative = f"events/{ctx.input_id:05d}-{batch_id:07d}.parquet"
+        stem = f"{ctx.input_id:05d}-{batch_id:07d}"
+        self.relative = f"events/{stem}.parquet"
         self.path = store.root / self.relative
         store.intend(self.relative)
         self.events = 0
@@ -1239,7 +1243,9 @@ class _ChunkSink:
         self.thread = threading.Thread(target=self._write, daemon=True) if threaded else None
         if self.thread is not None:
             self.thread.start()
-        _stored_views(con, _cache(store).files_of.get(ctx.input_id, []), ctx.input_id)
+        if earlier is None:
+            earlier = _cache(store).files_of.get(ctx.input_id, [])
+        self.rows = _FileRows(con, store, stem, earlier, ctx.input_id)
 
     def flush(self, final: bool = False) -> None:
         """Finish what is mapped and write it, except the last HOLD_LINES lines (unless
@@ -1254,8 +1260,7 @@ class _ChunkSink:
         if self.fmt.finish:
             self.fmt.finish(con, self.ctx)
         table = con.sql(f"SELECT * FROM batch WHERE line <= {int(cutoff)}").to_arrow_table()
-        con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch "
-                    f"WHERE line <= {int(cutoff)}").fetchall()
+        self.rows.add(int(cutoff))
         # a new table, not DELETE: deleted rows would still be scanned by every later chunk
         con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
                     f"WHERE line > {int(cutoff)}").fetchall()
@@ -1280,31 +1285,110 @@ class _ChunkSink:
         self.writer.write_table(table)
 
     def close(self) -> int:
-        if self.thread is not None:
-            self.queue.put(None)
-            self.thread.join()
-        if self.writer is not None:
-            self.writer.close()
+        try:
+            if self.thread is not None:
+                self.queue.put(None)
+                self.thread.join()
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self.rows.close()
         if self.failure:
             raise self.failure[0]
         return self.events
 
 
-def _stored_views(con: duckdb.DuckDBPyConnection, files: list[str], input_id: int) -> None:
-    """`file_rows` (the narrow rows of what this read has finished), `late_outcomes`, and the
-    views formats join against: `stored_events` (every earlier event of the file, read from
-    `files`, its committed events files, then `file_rows`) and `recent_stored_events` (those
-    of its newest batches). Every version of loophound wrote these columns, so the files are
-    read with the first one's schema (`union_by_name` would read every file's footer to
-    define the view: 60 ms for a log scanned every five minutes for a day)."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE late_outcomes ({OUTCOME_COLUMNS})")
-    lo, hi = input_id << 32, (input_id + 1) << 32
-    for view, some in (("stored_events", files), ("recent_stored_events", files[-RECENT:])):
-        earlier = (f"SELECT {NARROW} FROM read_parquet({db.sql_list(some)}) "
-                   f"WHERE event_id >= {lo} AND event_id < {hi} UNION ALL " if some else "")
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
-                    f"{earlier} SELECT {NARROW} FROM file_rows")
+SPILL_ROWS = 1 << 20  # narrow rows of a read kept in memory; older ones wait in Parquet
+
+
+class _FileRows:
+    """The narrow rows (NARROW) of what this read has finished, which the formats' look-back
+    joins read, and what ingest says of their times. The newest rows are the temp table
+    `file_rows`; each time it holds SPILL_ROWS it goes to a scratch Parquet file in the
+    store (`scratch/`, deleted when the read ends; a killed read's are deleted as orphans),
+    so memory stays bounded at any size of log: in memory, the index of a 12.7 M-line log
+    took 1.6 GB. The times are summed up as rows arrive, not sorted again at the end.
+
+    The views: `stored_events`, every earlier event of the file (its committed events
+    files `earlier`, the scratch files, `file_rows`), and `recent_stored_events`, those of
+    its newest batches (the last RECENT committed files, the last scratch file, `file_rows`:
+    at least SPILL_ROWS of the newest rows of this read), where formats look first. Every
+    version of loophound wrote these columns, so the files are read with the first one's
+    schema (`union_by_name` would read every file's footer to define the view: 60 ms for a
+    log scanned every five minutes for a day)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, store: Store, stem: str,
+                 earlier: list[str], input_id: int):
+        self.con, self.store, self.stem = con, store, stem
+        self.earlier, self.input_id = earlier, input_id
+        self.spilled: list[str] = []  # scratch files, relative to the store
+        self.in_memory = 0
+        self.missing_ts = self.back = 0
+        self.largest_step = None
+        self.ts_range: tuple = (None, None)
+        self.last_ts = None  # the last time of the rows so far, in line order
+        con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE late_outcomes ({OUTCOME_COLUMNS})")
+        self._views()
+
+    def _views(self) -> None:
+        lo, hi = self.input_id << 32, (self.input_id + 1) << 32
+        scratch = [str(self.store.root / rel) for rel in self.spilled]
+        for view, some, spilled in (("stored_events", self.earlier, scratch),
+                                    ("recent_stored_events", self.earlier[-RECENT:], scratch[-1:])):
+            parts = [f"SELECT {NARROW} FROM read_parquet({db.sql_list(some)}) "
+                     f"WHERE event_id >= {lo} AND event_id < {hi}"] if some else []
+            parts += [f"SELECT {NARROW} FROM read_parquet({db.sql_list(spilled)})"] if spilled else []
+            parts.append(f"SELECT {NARROW} FROM file_rows")
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {' UNION ALL '.join(parts)}")
+
+    def add(self, cutoff: int) -> None:
+        """The rows of `batch` up to line `cutoff` are finished: index them, sum up their
+        times (as `_warnings` did over all rows: in line order, a time earlier than the
+        last known one before it is a step back), and spill when memory holds enough."""
+        con, done = self.con, f"FROM batch WHERE line <= {cutoff}"
+        missing, back, step, first, last, last_ts, n = con.execute(f"""
+            SELECT count(*) FILTER (WHERE ts IS NULL), count(*) FILTER (WHERE ts < prev),
+                   max(prev - ts) FILTER (WHERE ts < prev), min(ts), max(ts),
+                   arg_max(ts, event_id) FILTER (WHERE ts IS NOT NULL), count(*)
+            FROM (SELECT event_id, ts, coalesce(lag(ts IGNORE NULLS) OVER (
+                    ORDER BY line, event_id), $last) AS prev {done})""",
+            {"last": self.last_ts}).fetchall()[0]
+        self.missing_ts += missing
+        self.back += back
+        if step is not None and (self.largest_step is None or step > self.largest_step):
+            self.largest_step = step
+        lo, hi = self.ts_range
+        self.ts_range = (first if lo is None or (first is not None and first < lo) else lo,
+                         last if hi is None or (last is not None and last > hi) else hi)
+        self.last_ts = last_ts if last_ts is not None else self.last_ts
+        con.execute(f"INSERT INTO file_rows SELECT {NARROW} {done}").fetchall()
+        self.in_memory += n
+        if self.in_memory >= SPILL_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        rel = f"scratch/{self.stem}-rows-{len(self.spilled) + 1}.parquet"
+        (self.store.root / "scratch").mkdir(exist_ok=True)
+        self.store.intend(rel)
+        self.con.execute(f"COPY file_rows TO {db.sql_literal(str(self.store.root / rel))} "
+                         "(FORMAT parquet, COMPRESSION snappy)")
+        self.spilled.append(rel)
+        self.con.execute("CREATE OR REPLACE TEMP TABLE file_rows AS FROM file_rows LIMIT 0")
+        self.in_memory = 0
+        self._views()
+
+    def warnings(self) -> list[str]:
+        return _time_warnings(self.missing_ts, self.back, self.largest_step)
+
+    def close(self) -> None:
+        """Delete the scratch files (the views over them go first)."""
+        if self.spilled:
+            self.con.execute("CREATE OR REPLACE TEMP TABLE file_rows AS FROM file_rows LIMIT 0")
+            self.spilled, spilled = [], self.spilled
+            self._views()
+            for rel in spilled:
+                (self.store.root / rel).unlink(missing_ok=True)
 
 
 def _read_ahead(batches: Iterator[LineBatch], depth: int = 2) -> Iterator[LineBatch]:
@@ -1498,14 +1582,6 @@ def _provided(con: duckdb.DuckDBPyConnection, select: str) -> set[str]:
             _PROVIDED.clear()
         _PROVIDED[select] = set(con.sql(f"SELECT * FROM ({select}) LIMIT 0").columns)
     return _PROVIDED[select]
-
-
-def _warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
-    missing_ts = con.execute("SELECT count(*) FROM file_rows WHERE ts IS NULL").fetchall()[0][0]
-    back = con.execute("""SELECT count(*), max(prev - ts) FROM (
-        SELECT ts, lag(ts IGNORE NULLS) OVER (ORDER BY line) AS prev FROM file_rows)
-        WHERE ts < prev""").fetchall()[0]
-    return _time_warnings(missing_ts, *back)
 
 
 def _time_warnings(missing_ts: int, back: int, largest_step) -> list[str]:
