@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -787,15 +788,21 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 stream = _Prepend(first, stream)
         stream = StopAtDamage(stream, state.next_offset, compressed)
         mapper = _Mapper(con, fmt, ctx)
+        ahead = _MapAhead(fmt, ctx) if threaded else None
         try:
             chunks = read_lines(stream, state, chunk_bytes=CHUNK_BYTES, on_consumed=on_consumed,
                                 on_read=on_read, max_line_bytes=options.max_line_bytes)
             chunks = _read_ahead(chunks) if threaded else chunks
             batch = next(chunks, None)
+            mapping = ahead.submit(batch) if ahead and batch is not None else None
             while batch is not None:
-                rejected.extend(mapper.map(batch))
+                if mapping is not None:
+                    rejected.extend(mapper.take(batch, mapping.result()))
+                else:
+                    rejected.extend(mapper.map(batch))
                 batch = next(chunks, None)
                 if batch is not None:  # the last chunk is written whole by the final flush
+                    mapping = ahead.submit(batch) if ahead else None  # mapped while this flushes
                     sink.flush()
             ended_without_newline = False
             if state.partial is not None and state.tail and _is_json_object(state.tail):
@@ -808,6 +815,8 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
                 ended_without_newline = True
             sink.flush(final=True)
         finally:
+            if ahead is not None:
+                ahead.close()
             events = sink.close()
         if stream.damage:
             rep.warnings.append(_damage_warning(stream.damage, state.next_line - 1))
@@ -1260,7 +1269,7 @@ class _ChunkSink:
         if self.fmt.finish:
             self.fmt.finish(con, self.ctx)
         table = con.sql(f"SELECT * FROM batch WHERE line <= {int(cutoff)}").to_arrow_table()
-        self.rows.add(int(cutoff))
+        self.rows.add(int(cutoff), table)
         # a new table, not DELETE: deleted rows would still be scanned by every later chunk
         con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
                     f"WHERE line > {int(cutoff)}").fetchall()
@@ -1299,6 +1308,11 @@ class _ChunkSink:
 
 
 SPILL_ROWS = 1 << 20  # narrow rows of a read kept in memory; older ones wait in Parquet
+_NAT = np.iinfo(np.int64).min  # numpy's "no time", as an integer
+
+
+def _from_us(us: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
 
 
 class _FileRows:
@@ -1326,7 +1340,7 @@ class _FileRows:
         self.missing_ts = self.back = 0
         self.largest_step = None
         self.ts_range: tuple = (None, None)
-        self.last_ts = None  # the last time of the rows so far, in line order
+        self.last_ts: int | None = None  # the last time of the rows so far (line order), µs
         con.execute(f"CREATE OR REPLACE TEMP TABLE file_rows AS SELECT {NARROW} FROM batch LIMIT 0")
         con.execute(f"CREATE OR REPLACE TEMP TABLE late_outcomes ({OUTCOME_COLUMNS})")
         self._views()
@@ -1342,30 +1356,45 @@ class _FileRows:
             parts.append(f"SELECT {NARROW} FROM file_rows")
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {' UNION ALL '.join(parts)}")
 
-    def add(self, cutoff: int) -> None:
-        """The rows of `batch` up to line `cutoff` are finished: index them, sum up their
-        times (as `_warnings` did over all rows: in line order, a time earlier than the
-        last known one before it is a step back), and spill when memory holds enough."""
-        con, done = self.con, f"FROM batch WHERE line <= {cutoff}"
-        missing, back, step, first, last, last_ts, n = con.execute(f"""
-            SELECT count(*) FILTER (WHERE ts IS NULL), count(*) FILTER (WHERE ts < prev),
-                   max(prev - ts) FILTER (WHERE ts < prev), min(ts), max(ts),
-                   arg_max(ts, event_id) FILTER (WHERE ts IS NOT NULL), count(*)
-            FROM (SELECT event_id, ts, coalesce(lag(ts IGNORE NULLS) OVER (
-                    ORDER BY line, event_id), $last) AS prev {done})""",
-            {"last": self.last_ts}).fetchall()[0]
-        self.missing_ts += missing
-        self.back += back
-        if step is not None and (self.largest_step is None or step > self.largest_step):
-            self.largest_step = step
-        lo, hi = self.ts_range
-        self.ts_range = (first if lo is None or (first is not None and first < lo) else lo,
-                         last if hi is None or (last is not None and last > hi) else hi)
-        self.last_ts = last_ts if last_ts is not None else self.last_ts
-        con.execute(f"INSERT INTO file_rows SELECT {NARROW} {done}").fetchall()
-        self.in_memory += n
+    def add(self, cutoff: int, table: pa.Table) -> None:
+        """The rows of `batch` up to line `cutoff` (`table`) are finished: index them, sum up
+        their times, and spill when memory holds enough."""
+        self._sum_times(table)
+        self.con.execute(f"INSERT INTO file_rows SELECT {NARROW} FROM batch "
+                         f"WHERE line <= {cutoff}").fetchall()
+        self.in_memory += table.num_rows
         if self.in_memory >= SPILL_ROWS:
             self._spill()
+
+    def _sum_times(self, table: pa.Table) -> None:
+        """As the warnings read all rows in line order: those without a time, and those
+        earlier than the last time before them (a step back), with the largest step; and the
+        time range. In numpy, on the rows just written (a window in SQL cost a sort)."""
+        if not table.num_rows:
+            return
+        ts = table.column("ts").cast(pa.timestamp("us")).to_numpy().view(np.int64)
+        order = np.lexsort((table.column("event_id").to_numpy(), table.column("line").to_numpy()))
+        ts = ts[order]
+        timed = ts != _NAT
+        self.missing_ts += int(len(ts) - timed.sum())
+        if not timed.any():
+            return
+        # the last time at or before each row, then the one before each row
+        at = np.maximum.accumulate(np.where(timed, np.arange(len(ts)), -1))
+        before = np.concatenate(([-1], at[:-1]))
+        prev = np.where(before >= 0, ts[np.maximum(before, 0)],
+                        _NAT if self.last_ts is None else self.last_ts)
+        back = timed & (prev != _NAT) & (ts < prev)
+        if back.any():
+            self.back += int(back.sum())
+            step = dt.timedelta(microseconds=int((prev[back] - ts[back]).max()))
+            if self.largest_step is None or step > self.largest_step:
+                self.largest_step = step
+        first, last = int(ts[timed].min()), int(ts[timed].max())
+        lo, hi = self.ts_range
+        self.ts_range = (_from_us(first) if lo is None else min(lo, _from_us(first)),
+                         _from_us(last) if hi is None else max(hi, _from_us(last)))
+        self.last_ts = int(ts[timed][-1])
 
     def _spill(self) -> None:
         rel = f"scratch/{self.stem}-rows-{len(self.spilled) + 1}.parquet"
@@ -1480,30 +1509,88 @@ class _Mapper:
                              f"the {self.fmt.name} format cannot map a value of this line: "
                              f"{reason}", text[:200].rstrip("\r\n"))]
 
-    def _find_unknown_keys(self) -> None:
+    def _find_unknown_keys(self, into: Counter | None = None) -> None:
         """Every line's keys are checked (no sampling: a key first seen on line 900,000 still
-        reaches `extra`). Lines are grouped by the hash of their key list, so Python looks at
-        each distinct shape once; lines of shapes with unknown keys are listed in `unknown`."""
-        shapes = self.con.execute(
-            "SELECT hash(k), any_value(k) FROM (SELECT json_keys(text) AS k FROM raw) GROUP BY 1"
-        ).fetchall()
-        bad = [h for h, keys in shapes if not set(keys) <= self.expected]
+        reaches `extra`), in one vectorised pass: the lines with keys the format does not
+        expect, and those keys, go to `unknown`; their counts to `into` (`self.unknown`).
+        (Grouping lines by the hash of their key list, and listing the lines of bad shapes in
+        a second pass, parsed every line twice when a log had one odd line; a log whose key
+        order varies has as many shapes as lines.)"""
         self.con.execute(
-            "CREATE OR REPLACE TEMP TABLE unknown AS SELECT line, "
+            "CREATE OR REPLACE TEMP TABLE unknown AS SELECT line, keys FROM (SELECT line, "
             "list_filter(json_keys(text), lambda k: NOT list_contains($expected, k)) AS keys "
-            "FROM raw WHERE list_contains($bad, hash(json_keys(text)))",
-            {"expected": sorted(self.expected), "bad": bad or [0]},
-        ) if bad else self.con.execute(
-            "CREATE OR REPLACE TEMP TABLE unknown (line BIGINT, keys VARCHAR[])")
+            "FROM raw) WHERE len(keys) > 0", {"expected": sorted(self.expected)})
+        counts = self.unknown if into is None else into
         for key, n in self.con.execute(
             "SELECT k, count(*) FROM (SELECT unnest(keys) AS k FROM unknown) GROUP BY k"
         ).fetchall():
-            self.unknown[key] += n
+            counts[key] += n
 
     def _insert_sql(self) -> str:
-        if not self._sql:
+        if True not in self._sql:
             self._sql[True] = _insert_sql(self.con, self.fmt, self.ctx, self.mapped)
         return self._sql[True]
+
+    def mapped_sql(self) -> str:
+        """The SELECT of the chunk's rows, mapped (what `_insert_sql` adds to `batch`)."""
+        if False not in self._sql:
+            self._sql[False] = _mapped_sql(self.con, self.fmt, self.ctx, self.mapped)
+        return self._sql[False]
+
+    def take(self, batch: LineBatch, mapped: tuple[pa.Table, Counter] | None) -> list[Rejected]:
+        """Add a chunk mapped on another cursor (`_MapAhead`) to `batch`; one that could not
+        be mapped there (invalid JSON, a value the mapping cannot map) is mapped here, where
+        each such line is found and quarantined."""
+        if mapped is None:
+            return self.map(batch)
+        table, unknown = mapped
+        self.unknown.update(unknown)
+        if table.num_rows:
+            self.con.register("_mapped", table)
+            try:
+                self.con.execute("CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
+                                 "UNION ALL SELECT * FROM _mapped").fetchall()
+            finally:
+                self.con.unregister("_mapped")
+        return batch.rejected
+
+
+class _MapAhead:
+    """Maps the next chunk on a cursor and a thread of its own while the ingesting thread
+    finishes and writes the chunk before it (the format's joins, the index, the Arrow table
+    for Parquet): DuckDB releases the GIL, so the two cores of a small machine both work,
+    where one waited for the other. A chunk's mapping reads only its own lines, so it does
+    not wait for the one before to be finished."""
+
+    def __init__(self, fmt: Format, ctx: FormatContext):
+        self.con = db.scratch()
+        self.mapper = _Mapper(self.con, fmt, ctx)
+        self.file = ctx.display_path
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="loophound-map")
+
+    def submit(self, batch: LineBatch) -> Future:
+        return self.pool.submit(self._map, batch)
+
+    def _map(self, batch: LineBatch) -> tuple[pa.Table, Counter] | None:
+        """The chunk's valid lines mapped, and their unknown keys counted; None when a line
+        is not valid JSON or the mapping fails (`_Mapper.take` maps it again, carefully)."""
+        con, unknown = self.con, Counter()
+        if batch.table.num_rows == 0:
+            return None
+        con.register("raw_all", batch.table)
+        try:
+            con.execute("CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all")
+            self.mapper._find_unknown_keys(unknown)
+            table = con.sql(self.mapper.mapped_sql(), params={"file": self.file}).to_arrow_table()
+        except duckdb.Error:
+            return None
+        finally:
+            con.unregister("raw_all")
+        return table, unknown
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.con.close()
 
 
 def _unknown_warning(format_name: str, unknown: Counter) -> list[str]:
@@ -1532,11 +1619,18 @@ def _json_error(text: str) -> str:
 
 def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
                 mapped_keys: frozenset[str]) -> str:
-    """Add `raw`, mapped, to `batch`: the format's columns, NULL for the rest.
+    """Add `raw`, mapped (`_mapped_sql`), to `batch`.
 
     `batch` is rebuilt in one statement (the held-back rows, then the new ones), not appended
     to: DuckDB's UPDATE ... FROM that formats run next is ten times slower on a table made by
-    CREATE then INSERT (0.5 s instead of 0.05 s a chunk, measured on the bproxy join).
+    CREATE then INSERT (0.5 s instead of 0.05 s a chunk, measured on the bproxy join)."""
+    return (f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
+            f"UNION ALL {_mapped_sql(con, fmt, ctx, mapped_keys)}")
+
+
+def _mapped_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
+                mapped_keys: frozenset[str]) -> str:
+    """`raw`, mapped: the format's columns, NULL for the rest.
 
     `extra` is the format's own (its documented keys) except on lines listed in `unknown`,
     where it is every key not turned into a column (a JSON merge: exact, slower)."""
@@ -1569,8 +1663,7 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
         else:
             exprs.append(f"CAST(NULL AS {c.sql_type})")
     cols = ", ".join(f"{e} AS {c.name}" for e, c in zip(exprs, COLUMNS, strict=True))
-    return (f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
-            f"UNION ALL SELECT {cols} FROM ({select}) m")
+    return f"SELECT {cols} FROM ({select}) m"
 
 
 _PROVIDED: dict[str, set[str]] = {}  # the columns of each mapping SELECT (LIMIT 0: 2-4 ms)
