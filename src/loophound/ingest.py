@@ -1247,7 +1247,8 @@ class _ChunkSink:
         store.intend(self.relative)
         self.events = 0
         self.writer: pq.ParquetWriter | None = None
-        self.queue: queue.Queue = queue.Queue(maxsize=2)
+        # one chunk waits while one is written: each is an Arrow table of 50-100 MB
+        self.queue: queue.Queue = queue.Queue(maxsize=1)
         self.failure: list[BaseException] = []
         self.thread = threading.Thread(target=self._write, daemon=True) if threaded else None
         if self.thread is not None:
@@ -1307,7 +1308,7 @@ class _ChunkSink:
         return self.events
 
 
-SPILL_ROWS = 1 << 20  # narrow rows of a read kept in memory; older ones wait in Parquet
+SPILL_ROWS = 1 << 18  # narrow rows of a read kept in memory (33 MB); older ones wait in Parquet
 _NAT = np.iinfo(np.int64).min  # numpy's "no time", as an integer
 
 
