@@ -193,7 +193,9 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
     at, line = probe["at"], probe["line"]
     near = np.where(probe["timed"], at - TOLERANCE_MS, _NO_TIME)  # how far back t − e may be
     found = np.full(len(line), -1, dtype=np.int64)
-    for pk in (probe["k"], probe["anyone"]):  # the caller's request, then anyone's
+    # the caller's request, then anyone's (none with a time: an answer without an id in a
+    # log whose requests all have one)
+    for pk in (probe["k"], probe["anyone"]) if len(rt) else ():
         i = _last_at_or_before(rk, rt, rl, pk, at)
         hit = (found < 0) & (i >= 0) & (rt[np.maximum(i, 0)] >= near) & (at != _NO_TIME)
         found[hit] = rl[i[hit]]
