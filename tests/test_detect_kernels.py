@@ -210,11 +210,11 @@ def test_cycle_severity_follows_laps_cost_and_the_window():
 
 
 def _step(step_id, attempts=3, ok=False, session="episode-0", stated=None, max_attempt=3,
-          phash="h1", hashes=1, tokens_in=1000):
-    return {"session": session, "corr_id": f"p{step_id}", "step_id": step_id,
+          phash="h1", hashes=1, tokens_in=1000, file="episodes.jsonl"):
+    return {"file": file, "session": session, "corr_id": f"p{step_id}", "step_id": step_id,
             "attempts": attempts, "last_attempt": attempts, "last_ok": ok,
             "all_failed_validation": not ok, "hashes": hashes, "phash": phash, "start": T0,
-            "stop": T0, "first_file": "episodes.jsonl", "first_line": step_id * 10,
+            "stop": T0, "first_file": file, "first_line": step_id * 10,
             "last_line": step_id * 10 + attempts - 1, "actors": ["llm"], "fields": None,
             "max_attempt": max_attempt, "stated_max_repairs": stated, "tokens_in": tokens_in,
             "tokens_out": 10, "cost_usd": None, "model": "m", "llm_actor": None}
@@ -237,6 +237,9 @@ def test_exhausted_steps_in_a_row_make_a_run_a_repaired_step_or_a_gap_ends_it():
              + [_step(12, session="episode-1")])  # another episode
     runs = rl.exhausted_runs(steps, p)
     assert [[s["step_id"] for s in r] for r in runs] == [[1, 2, 3, 4], [9, 10, 11]]
+    # LabTrust numbers episodes per run: another run's episode-0 is another episode
+    other_run = [_step(i) for i in (1, 2)] + [_step(i, file="run2/episodes.jsonl") for i in (3, 4)]
+    assert rl.exhausted_runs(other_run, p) == []
     assert rl.exhausted_runs(steps, rl.Params(max_step_gap=2))[1][0]["step_id"] == 6
 
 

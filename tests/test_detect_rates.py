@@ -281,3 +281,25 @@ def test_repair_loop_finds_the_frozen_planner(labtrust):
     assert {loop["first_line"], loop["last_line"]} <= lines
     # the stock-out repeats belong to repeated_error, not here
     assert all(f2["detector"] != "repair_loop" or f2 is f for f2 in findings)
+
+
+def test_repair_loop_keeps_two_runs_episodes_apart(tmp_path):
+    """LabTrust numbers episodes from 1 in each run: the frozen planner's run and a healthy run
+    of the same seed beside it share `episode-1`, step ids and proposal ids. The loop is the
+    first run's alone, with its own proposal hash and its own results.json, and the same
+    finding on every scan (merged, a step's hash came from whichever run's row came first)."""
+    truth = write_labtrust_run(tmp_path / "logs" / "run-a", seed=7, incident=True)
+    write_labtrust_run(tmp_path / "logs" / "run-b", seed=7, incident=False)
+    loop = next(i for i in truth["incidents"] if i["kind"] == "repair_loop")
+    answers = []
+    for n in range(3):
+        store = Store(tmp_path / f"store{n}")
+        ingest([str(tmp_path / "logs")], store)
+        found = of(scan_store(store).document["findings"], "repair_loop")
+        assert len(found) == 1
+        f = found[0]
+        assert f["details"]["proposal_hashes"] == [loop["proposal_hash"]]
+        assert f["events"] == loop["attempt_lines"]
+        assert {e["file"] for e in f["evidence"]} == {str(tmp_path / "logs/run-a/episodes.jsonl")}
+        answers.append((f["id"], f["details"], f["events"], f["cost_usd"]))
+    assert answers[0] == answers[1] == answers[2]

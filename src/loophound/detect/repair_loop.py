@@ -18,6 +18,11 @@ a run of at least `min_steps` consecutive exhausted steps (step ids at most `max
 apart) in one episode. Steps whose repairs succeed (the healthy case: attempt 2 passes) break a
 run and are never findings. The repeated BLOCKED step lines of an agent are repeated_error's.
 
+An episode is one log file's: LabTrust numbers its episodes from 1 in every run's
+`episodes.jsonl` (the format's session `episode-<n>`), so two runs' `episode-1` are different
+episodes, and the run's `results.json` is the one in the same folder. Merging them mixed two
+runs' attempts into one step and made the step's proposal hash depend on the order of rows.
+
 Severity: medium for an exhausted run; high when the model re-sent an identical proposal on
 the attempts of most steps, or validation failed on every attempt; critical when that also
 lasted `critical_steps` steps or the prompt kept growing (tokens_in up by `growth_ratio`).
@@ -58,7 +63,8 @@ class Params:
 
 STEPS_SQL = """
 WITH att AS (
-  SELECT event_id, ts, file, line, session, corr_id, actor, depth AS attempt, ok,
+  SELECT event_id, ts, file, regexp_replace(file, '[^/]*$', '') AS dir, line, session, corr_id,
+         actor, depth AS attempt, ok,
          """ + extra_key_sql("proposal_hash_key") + """ AS phash,
          TRY_CAST(json_extract_string(extra, '$.step_id') AS BIGINT) AS step_id,
          TRY_CAST(json_extract_string(extra, '$.blocked_count') AS BIGINT) AS blocked,
@@ -66,43 +72,46 @@ WITH att AS (
   FROM events WHERE kind = 'repair_attempt'
 ),
 cap AS (
-  SELECT a.session, max(a.attempt) AS max_attempt, any_value(m.max_repairs) AS stated_max_repairs
+  SELECT a.file, a.session, max(a.attempt) AS max_attempt,
+         max(m.max_repairs) AS stated_max_repairs
   FROM att a LEFT JOIN (
     -- results.json beside the log, when its reader keeps the run's config
-    SELECT session, max(TRY_CAST(coalesce(json_extract_string(extra, '$.config.max_repairs'),
-                                          json_extract_string(extra, '$.max_repairs')) AS INTEGER))
+    SELECT regexp_replace(file, '[^/]*$', '') AS dir, session,
+           max(TRY_CAST(coalesce(json_extract_string(extra, '$.config.max_repairs'),
+                                 json_extract_string(extra, '$.max_repairs')) AS INTEGER))
              AS max_repairs
-    FROM events WHERE kind = 'episode_metrics' GROUP BY session) m
-    ON m.session IS NOT DISTINCT FROM a.session
-  GROUP BY a.session
+    FROM events WHERE kind = 'episode_metrics' GROUP BY ALL) m
+    ON m.dir = a.dir AND m.session IS NOT DISTINCT FROM a.session
+  GROUP BY a.file, a.session
 ),
 steps AS (
-  SELECT session, corr_id, min(step_id) AS step_id, count(*) AS attempts,
+  SELECT file, session, corr_id, min(step_id) AS step_id, count(*) AS attempts,
          max(attempt) AS last_attempt,
          arg_max(coalesce(ok, false) AND coalesce(blocked, 0) = 0, attempt) AS last_ok,
          bool_and(ok IS FALSE) AS all_failed_validation,
-         count(DISTINCT phash) AS hashes, any_value(phash) AS phash,
+         count(DISTINCT phash) AS hashes, arg_min(phash, line) AS phash,
          min(ts) AS start, max(ts) AS stop,
-         arg_min(file, line) AS first_file, min(line) AS first_line, max(line) AS last_line,
+         file AS first_file, min(line) AS first_line, max(line) AS last_line,
          list(DISTINCT actor) FILTER (WHERE actor IS NOT NULL) AS actors,
-         any_value(CAST(fields AS VARCHAR)) AS fields
-  FROM att GROUP BY session, corr_id
+         arg_min(CAST(fields AS VARCHAR), line) AS fields
+  FROM att GROUP BY file, session, corr_id
 )
 SELECT s.*, c.max_attempt, c.stated_max_repairs,
        l.tokens_in, l.tokens_out, l.cost_usd, l.model, l.actor AS llm_actor
-FROM steps s JOIN cap c USING (session)
-LEFT JOIN (SELECT session, corr_id, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
-                  sum(cost_usd) AS cost_usd, count(*) FILTER (WHERE cost_usd IS NULL) AS unpriced,
-                  any_value(model) AS model, any_value(actor) AS actor
-           FROM events WHERE kind = 'llm_call' GROUP BY session, corr_id) l
-  ON l.session IS NOT DISTINCT FROM s.session AND l.corr_id = s.corr_id
-ORDER BY s.session, s.step_id NULLS LAST, s.corr_id
+FROM steps s JOIN cap c ON c.file = s.file AND c.session IS NOT DISTINCT FROM s.session
+LEFT JOIN (SELECT file, session, corr_id, sum(tokens_in) AS tokens_in,
+                  sum(tokens_out) AS tokens_out, sum(cost_usd) AS cost_usd,
+                  count(*) FILTER (WHERE cost_usd IS NULL) AS unpriced,
+                  arg_min(model, line) AS model, arg_min(actor, line) AS actor
+           FROM events WHERE kind = 'llm_call' GROUP BY file, session, corr_id) l
+  ON l.file = s.file AND l.session IS NOT DISTINCT FROM s.session AND l.corr_id = s.corr_id
+ORDER BY s.session, s.file, s.step_id NULLS LAST, s.corr_id
 """
 
 CLAIM = """
 SELECT event_id FROM events
 WHERE kind IN ('repair_attempt', 'llm_call') AND session IS NOT DISTINCT FROM $session
-  AND list_contains($proposals, corr_id)
+  AND file = $file AND list_contains($proposals, corr_id)
 """
 
 
@@ -139,6 +148,7 @@ def exhausted_runs(steps: list[dict[str, Any]], p: Params) -> list[list[dict[str
         s["cap"], s["cap_from"] = attempt_cap(s, p)
         exhausted = s["last_attempt"] >= s["cap"] and not s["last_ok"] and s["step_id"] is not None
         if run_ and (not exhausted or s["session"] != run_[-1]["session"]
+                     or s["file"] != run_[-1]["file"]
                      or s["step_id"] - run_[-1]["step_id"] > p.max_step_gap):
             flush()
         if exhausted:
@@ -295,7 +305,7 @@ def describe(r: RepairRun, severity: Severity, p: Params) -> Finding:
                                                  f"{r.last_cap} still failing"))
     return Finding(
         detector="repair_loop",
-        key=f"{r.session}|{'+'.join(r.actors)}|step {r.first_step}",
+        key=f"{r.first_at[0]}|{r.session}|{'+'.join(r.actors)}|step {r.first_step}",
         severity=severity, title=title, summary=summary,
         signal=f"a repair loop exhausted on {n} consecutive steps",
         recommendation=(
@@ -307,7 +317,8 @@ def describe(r: RepairRun, severity: Severity, p: Params) -> Finding:
         start=r.start, end=r.stop,
         actors=r.actors, targets=[], sessions=[r.session] if r.session else [],
         claim_sql=CLAIM,
-        claim_params={"session": r.session, "proposals": list(r.proposal_ids)},
+        claim_params={"session": r.session, "file": r.first_at[0],
+                      "proposals": list(r.proposal_ids)},
         unit_kinds=("repair_attempt",),
         details={
             "first_step": r.first_step, "last_step": r.last_step, "steps": n,
