@@ -199,6 +199,41 @@ def test_unusual_actor_is_deterministic_and_capped_at_medium(bproxy):
     assert sorted(f.title for f in runs[0]) == sorted(f["title"] for f in unusual)
 
 
+def test_unusual_actor_windows_do_not_depend_on_the_batches_read(bproxy, monkeypatch):
+    """The events are read a batch at a time; an actor's window cut by a batch boundary (every
+    few events here) has the same features as one read whole."""
+    from loophound.detect import unusual_actor
+
+    _, _, store_path = bproxy
+    p = settings()["unusual_actor"]
+    whole = unusual_actor.windows(Store(store_path).connect(), p)
+    assert len(whole[0]) >= p.min_windows
+    for rows in (7, 1000):
+        monkeypatch.setattr(unusual_actor, "BATCH_ROWS", rows)
+        assert unusual_actor.windows(Store(store_path).connect(), p) == whole
+
+
+def test_unusual_actor_finds_the_same_with_its_forest_in_another_process(bproxy, monkeypatch):
+    """From PREFETCH_EVENTS unit events on, the scan starts the forest's process before the
+    detectors run; what unusual_actor reports must not change."""
+    from loophound.detect import run_detectors, unusual_actor
+
+    _, _, store_path = bproxy
+    started = []
+    start = unusual_actor._FOREST.start
+    monkeypatch.setattr(unusual_actor._FOREST, "start", lambda: started.append(1) or start())
+
+    def found() -> list:
+        return [(f.key, f.severity, f.summary, f.details["scores"]) for f in
+                run_detectors(Store(store_path).connect(), settings(), ["unusual_actor"])]
+
+    inline = found()
+    assert inline and not started
+    monkeypatch.setattr(unusual_actor, "PREFETCH_EVENTS", 1)
+    assert found() == inline and started == [1]
+    assert unusual_actor._FOREST.proc is None
+
+
 def test_unusual_actor_needs_enough_windows(tmp_path):
     log = BproxyLog(seed=5)
     log.browse("a1b2c3d4", "qqqqq2", T0, T0 + 5 * 60_000, (5, 20))

@@ -91,6 +91,9 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
     present = event_kinds(con)
     names = [n for n, d in DETECTORS.items() if (not only or n in only)
              and (not d.reads or present.intersection(d.reads))]
+    for name in names:
+        if DETECTORS[name].prepare is not None:
+            DETECTORS[name].prepare(con, params[name])
     findings: list[Finding] = []
     for name in names:
         findings.extend(DETECTORS[name].run(con, params[name]))

@@ -111,6 +111,9 @@ class Detector:
     # it needs all events at once and runs on one machine only. A coarser grouping is
     # always as exact; tests/test_spark.py checks the findings are the same
     partition_by: tuple[str, ...] = ()
+    # work it can start before any detector runs, to go on beside them (unusual_actor starts
+    # importing scikit-learn in another process): called with the connection and its params
+    prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
 
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug

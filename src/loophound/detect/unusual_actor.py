@@ -40,6 +40,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import subprocess
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -74,17 +77,26 @@ class Params:
     corroborate_count: int = param(10, "events a window needs for a rule signal to corroborate")
 
 
+# in (who, time, log order): DuckDB sorts out of core within its memory limit, and the rows are
+# then read a batch at a time, so what Python holds does not grow with the log
 EVENTS_SQL = """
-SELECT w.fid, hash(e.format, coalesce(e.actor, 'session ' || e.session)) AS who,
+SELECT hash(e.format, coalesce(e.actor, 'session ' || e.session)) AS who,
        epoch_ms(e.ts) AS t, e.event_id,
-       hash(e.action, e.error) AS act, hash(e.error) AS err, e.error IS NOT NULL AS has_error,
-       hash(e.target, e.session) AS tgt, (e.ok IS FALSE OR e.error IS NOT NULL) AS failed,
-       coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS tok,
-       (epoch_ms(e.ts) - w.origin) // w.width AS win
+       hash(e.action, e.error) AS act, hash(e.error) AS err,
+       CAST(e.error IS NOT NULL AS UTINYINT) AS has_error, hash(e.target, e.session) AS tgt,
+       CAST(e.ok IS FALSE OR e.error IS NOT NULL AS UTINYINT) AS failed,
+       CAST(coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS BIGINT) AS tok,
+       (epoch_ms(e.ts) - w.origin) // w.width AS win, w.width
 FROM events e JOIN _ua_widths w ON w.format = e.format
 WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL
   AND (e.actor IS NOT NULL OR e.session IS NOT NULL) {copies}
+ORDER BY who, t, e.event_id
 """
+# each column's type as EVENTS_SQL makes it (none is ever NULL)
+EVENT_DTYPES = {"who": np.uint64, "t": np.int64, "event_id": np.int64, "act": np.uint64,
+                "err": np.uint64, "has_error": np.uint8, "tgt": np.uint64, "failed": np.uint8,
+                "tok": np.int64, "win": np.int64, "width": np.int64}
+BATCH_ROWS = 1 << 19  # rows read at a time (about 40 MB of columns)
 
 
 SCOPE_COND = {"actor": "e.actor = $key", "session": "e.actor IS NULL AND e.session = $key"}
@@ -148,7 +160,8 @@ def _group_distinct(values: np.ndarray, gid: np.ndarray, n_groups: int) -> np.nd
 def windows(con: duckdb.DuckDBPyConnection, p: Params,
             copies: str = "") -> tuple[list[dict], dict[str, int]]:
     """Feature rows of every (actor, window) with at least `min_events` unit events, computed
-    in numpy from one scan (sorting in SQL window functions is the slow part at 1 M events)."""
+    in numpy (sorting in SQL window functions is the slow part at 1 M events) from the events
+    in order, a batch at a time: what is held is one batch and a row per window."""
     kinds = list(UNIT_KINDS)
     spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
     if not spans:
@@ -161,18 +174,75 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
                                       "format": ("VARCHAR", [w[1] for w in widths]),
                                       "width": ("BIGINT", [w[2] for w in widths]),
                                       "origin": ("BIGINT", [w[3] for w in widths])})
-    # fetched straight into numpy and put in order (who, time, log order) a column at a time:
-    # no Arrow copy and no second copy of every column (at 12 M events, 1 GB each)
-    c = con.execute(EVENTS_SQL.format(copies=copies), {"kinds": kinds}).fetchnumpy()
+    parts, prev = [], None
+    reader = con.sql(EVENTS_SQL.format(copies=copies), params={"kinds": kinds}
+                     ).to_arrow_reader(BATCH_ROWS)
+    for piece in _whole_groups(reader):
+        parts.append(_group_features(piece, prev))
+        prev = (piece["who"][-1], piece["act"][-1])
     con.execute("DROP TABLE _ua_widths")
-    m = len(c["t"])
-    if m == 0:
+    if not parts:
         return [], {}
-    order = np.lexsort((c["event_id"], c["t"], c["who"]))
-    for k in list(c):
-        v = c.pop(k)
-        c[k] = (v.filled(False) if isinstance(v, np.ma.MaskedArray) else v)[order]
-    del order, v
+    g = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    keep = np.flatnonzero(g["n"] >= p.min_events)
+    names = {}
+    if len(keep):
+        ids = [int(x) for x in g["first_event"][keep]]
+        names = {r[0]: r[1:] for r in con.execute(
+            "SELECT event_id, format, actor, session FROM events WHERE list_contains($ids, event_id)",
+            {"ids": ids}).fetchall()}
+    rows = []
+    for i in keep:
+        fmt, actor, session = names[int(g["first_event"][i])]
+        row = {"format": fmt, "actor": actor, "session": session if actor is None else None,
+               "who": actor if actor is not None else f"session {session}",
+               "win": int(g["win"][i]), "n": int(g["n"][i]),
+               "start": _ts(int(g["start"][i])), "stop": _ts(int(g["stop"][i])),
+               "width_ms": int(g["width"][i]), "first_event": int(g["first_event"][i])}
+        for f in FEATURES:
+            v = float(g[f][i])
+            row[f] = None if math.isnan(v) else v
+        rows.append(row)
+    rows.sort(key=lambda r: (r["format"], r["who"], r["win"]))
+    return rows, {f: w for _i, f, w, _o in widths}
+
+
+def _whole_groups(reader) -> Iterator[dict[str, np.ndarray]]:
+    """The ordered events as numpy columns, in pieces that each end where an (actor, window)
+    group ends: a group that goes on in the next batch waits for it."""
+    carry: dict[str, np.ndarray] | None = None
+    for batch in reader:
+        cols = {name: _numpy(batch.column(i), EVENT_DTYPES[name])
+                for i, name in enumerate(batch.schema.names)}
+        if carry is not None:
+            cols = {k: np.concatenate((carry[k], v)) for k, v in cols.items()}
+        who, win = cols["who"], cols["win"]
+        ends = np.flatnonzero((who[1:] != who[:-1]) | (win[1:] != win[:-1]))
+        cut = int(ends[-1]) + 1 if len(ends) else 0
+        carry = {k: v[cut:] for k, v in cols.items()}
+        if cut:
+            yield {k: v[:cut] for k, v in cols.items()}
+    if carry is not None and len(carry["who"]):
+        yield carry
+
+
+def _numpy(column, dtype) -> np.ndarray:
+    """A column of fixed-width numbers without NULLs, as numpy over Arrow's own buffer: no copy,
+    and not `to_numpy()`, which imports pandas (seconds, on these machines) on first use."""
+    if column.null_count:
+        raise ValueError(f"unexpected NULL in {column.type} column")
+    width = np.dtype(dtype).itemsize
+    if column.type.bit_width != 8 * width:
+        raise ValueError(f"{column.type} is not {np.dtype(dtype)}")
+    return np.frombuffer(column.buffers()[1], dtype, count=len(column),
+                         offset=column.offset * width)
+
+
+def _group_features(c: dict[str, np.ndarray], prev: tuple | None) -> dict[str, np.ndarray]:
+    """Per (actor, window) group of a piece of ordered events (whole groups only): its size,
+    first event, first and last time, window, width and FEATURES. `prev`: the (who, act) of
+    the event before the piece, which decides whether its first event is a repeat."""
+    m = len(c["t"])
     who, t, win = c["who"], c["t"].astype(np.int64), c["win"].astype(np.int64)
     same_who = np.zeros(m, bool)
     same_who[1:] = who[1:] == who[:-1]
@@ -184,6 +254,8 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
     n = np.bincount(gid, minlength=n_groups)
     repeat = np.zeros(m, bool)
     repeat[1:] = same_who[1:] & (c["act"][1:] == c["act"][:-1])
+    if prev is not None:
+        repeat[0] = who[0] == prev[0] and c["act"][0] == prev[1]
     gaps_at = np.flatnonzero(~start)  # a gap to the previous event of the same window
     gaps = t[gaps_at] - t[gaps_at - 1]  # integer ms
     ggid = gid[gaps_at]
@@ -194,43 +266,20 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
     n_gaps = np.bincount(ggid, minlength=n_groups)
     with np.errstate(divide="ignore", invalid="ignore"):
         robust_cv = np.where((n_gaps >= 2) & (med > 0), 1.4826 * mad / med, np.nan)
-    failed = c["failed"].astype(bool)
-    errors = _group_distinct(c["err"][c["has_error"]], gid[c["has_error"]], n_groups)
-    targets = _group_distinct(c["tgt"], gid, n_groups)
-    width_by_fid = {fid: w for fid, _f, w, _o in widths}
-    fids = c["fid"][firsts]
-    width_ms = np.array([width_by_fid[int(f)] for f in fids], float)
-    feats = {
+    has_error = c["has_error"].astype(bool)
+    width_ms = c["width"][firsts].astype(float)
+    lasts = np.concatenate((firsts[1:], [m])) - 1
+    return {
+        "n": n, "first_event": c["event_id"][firsts], "start": t[firsts], "stop": t[lasts],
+        "win": win[firsts], "width": c["width"][firsts],
         "rate_per_min": n * 60_000.0 / width_ms,
-        "error_share": np.bincount(gid, failed, n_groups) / n,
-        "distinct_errors": errors,
-        "distinct_targets": targets,
+        "error_share": np.bincount(gid, c["failed"].astype(bool), n_groups) / n,
+        "distinct_errors": _group_distinct(c["err"][has_error], gid[has_error], n_groups),
+        "distinct_targets": _group_distinct(c["tgt"], gid, n_groups),
         "repeat_share": np.bincount(gid, repeat, n_groups) / n,
         "gap_cv": robust_cv,
         "tokens_per_event": np.bincount(gid, c["tok"].astype(float), n_groups) / n,
     }
-    lasts = np.concatenate((firsts[1:], [m])) - 1
-    keep = np.flatnonzero(n >= p.min_events)
-    names = {}
-    if len(keep):
-        ids = [int(x) for x in c["event_id"][firsts[keep]]]
-        names = {r[0]: r[1:] for r in con.execute(
-            "SELECT event_id, format, actor, session FROM events WHERE list_contains($ids, event_id)",
-            {"ids": ids}).fetchall()}
-    rows = []
-    for g in keep:
-        fmt, actor, session = names[int(c["event_id"][firsts[g]])]
-        row = {"format": fmt, "actor": actor, "session": session if actor is None else None,
-               "who": actor if actor is not None else f"session {session}",
-               "win": int(win[firsts[g]]), "n": int(n[g]),
-               "start": _ts(int(t[firsts[g]])), "stop": _ts(int(t[lasts[g]])),
-               "width_ms": int(width_ms[g]), "first_event": int(c["event_id"][firsts[g]])}
-        for f in FEATURES:
-            v = float(feats[f][g])
-            row[f] = None if math.isnan(v) else v
-        rows.append(row)
-    rows.sort(key=lambda r: (r["format"], r["who"], r["win"]))
-    return rows, {f: w for _i, f, w, _o in widths}
 
 
 def _ts(ms: int) -> dt.datetime:
@@ -327,6 +376,13 @@ class Outlier:
 
 
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
+    try:
+        return _measure(con, p)
+    finally:
+        _FOREST.close()  # a forest prepared but not needed
+
+
+def _measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
     copies = skip_copies(con)
     wins, width_of = windows(con, p, copies)
     if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
@@ -340,12 +396,7 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
     if not candidates:
         return []
 
-    from sklearn.ensemble import IsolationForest  # heavy import: only when there is work
-
-    forest = IsolationForest(n_estimators=p.n_estimators, random_state=p.random_state,
-                             contamination="auto", n_jobs=1)
-    forest.fit(X)
-    scores = -forest.score_samples(X)
+    scores = anomaly_scores(X, p)
     cutoff = np.quantile(scores, 1 - p.max_share)
     flagged = [i for i in candidates if scores[i] >= p.score_threshold and scores[i] >= cutoff]
 
@@ -356,6 +407,91 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
     own_rate = {k: float(np.median(v)) for k, v in rates.items()}
     return [_outlier(con, wins, g, scores, X, z, med, own_rate, width_of, p)
             for g in adjacent_groups(wins, flagged)]
+
+
+# A scan of a large log starts a process that imports scikit-learn (1.5-2 s of CPU on these
+# machines, which the scan would otherwise wait for) while the other detectors run: it gets
+# the feature matrix when unusual_actor has one and answers with the forest's scores, exactly
+# those an IsolationForest fitted here gives (the same library, the same bytes).
+PREFETCH_EVENTS = 100_000  # unit events from which the forest is prepared in another process
+FOREST_WORKER = r"""
+import sys
+import numpy as np
+from sklearn.ensemble import IsolationForest
+head = sys.stdin.buffer.readline().split()
+if len(head) != 4:
+    sys.exit(0)  # not needed after all
+rows, cols, n_estimators, random_state = map(int, head)
+X = np.frombuffer(sys.stdin.buffer.read(rows * cols * 8), np.float64).reshape(rows, cols)
+forest = IsolationForest(n_estimators=n_estimators, random_state=random_state,
+                         contamination="auto", n_jobs=1).fit(X)
+sys.stdout.buffer.write(np.ascontiguousarray(-forest.score_samples(X), np.float64).tobytes())
+"""
+
+
+class _ForestProcess:
+    """The process that fits the forest for one scan, when `prepare` started one."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.close()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", FOREST_WORKER],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL)
+        except OSError:  # no interpreter to start (embedded): the forest is fitted here
+            self.proc = None
+
+    def scores(self, X: np.ndarray, p: Params) -> np.ndarray | None:
+        """The anomaly scores of X's rows, or None when no process was started or it failed."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        X = np.ascontiguousarray(X, np.float64)
+        try:
+            head = f"{X.shape[0]} {X.shape[1]} {p.n_estimators} {p.random_state}\n".encode()
+            out, _ = proc.communicate(head + X.tobytes())
+        except OSError:
+            proc.kill()
+            proc.wait()
+            return None
+        if proc.returncode != 0 or len(out) != 8 * X.shape[0]:
+            return None
+        return np.frombuffer(out, np.float64).copy()
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:  # still importing, most likely: nothing to wait for
+            proc.kill()
+            proc.communicate()
+
+
+_FOREST = _ForestProcess()
+
+
+def prepare(con: duckdb.DuckDBPyConnection, p: Params) -> None:
+    """Before the detectors run: a log with enough unit events to be worth it (and to take
+    the other detectors longer than the import) gets the forest's process started now."""
+    n = con.execute("SELECT count(*) FROM events WHERE list_contains($kinds, kind)",
+                    {"kinds": list(UNIT_KINDS)}).fetchall()[0][0]
+    if n >= PREFETCH_EVENTS:
+        _FOREST.start()
+
+
+def anomaly_scores(X: np.ndarray, p: Params) -> np.ndarray:
+    """IsolationForest's anomaly score of each row of X (0.5 ordinary, 1 isolated at once):
+    from the process `prepare` started, else fitted here."""
+    scores = _FOREST.scores(X, p)
+    if scores is not None:
+        return scores
+    from sklearn.ensemble import IsolationForest  # heavy import: only when there is work
+
+    forest = IsolationForest(n_estimators=p.n_estimators, random_state=p.random_state,
+                             contamination="auto", n_jobs=1)
+    forest.fit(X)
+    return -forest.score_samples(X)
 
 
 def _outlier(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate, width_of,
@@ -468,6 +604,7 @@ DETECTOR = Detector(
     run=staged(measure, judge, describe, order=lambda f: (f.start, f.key)),
     rank=90,
     max_severity="medium",
+    prepare=prepare,
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor", "session")),
 )
