@@ -9,6 +9,7 @@ still says how big it was.
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -67,8 +68,8 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
               costs: CostModel | None = None, for_report: bool = True,
               continuing: Collection[int] | None = None) -> tuple[list[Attributed], Totals]:
-    """Claim, price and measure. Leaves the views `claims` and `owner` and the tables
-    `claimed` and `_event_facts` in `con` for the report. Each event is joined to its owner,
+    """Claim, price and measure. Leaves the views `claims`, `claimed` and `owner` and the
+    table `_event_facts` in `con` for the report. Each event is joined to its owner,
     size and price once (`_event_facts`); every figure after that, here and in the report, is
     an aggregate over that table, so a 1.2 M-event storm is read once. Who acted on what
     (actor, target, model, error) is in it only `for_report`: a scheduled scan has no use
@@ -106,7 +107,9 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         copy_joins = """LEFT JOIN _copies cp USING (event_id)
         LEFT JOIN _claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
         LEFT JOIN _event_facts o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon"""
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE claimed AS
+    # every claim with its event's facts: a view, read once below (at 12 M claims a table of
+    # them was 1 GB that DuckDB had to hold or spill)
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW claimed AS
         SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.fidx AS owner, e.byte_length, e.ts,
                {unit} AS is_unit, {owned_unit} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
@@ -114,20 +117,9 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         JOIN _event_facts e USING (event_id)
         {copy_joins}
         LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind""")
-    stats = {r[0]: r[1:] for r in con.execute("""
-        SELECT fidx,
-          count(*) FILTER (WHERE is_unit), count(*), sum(byte_length),
-          sum(coalesce(tokens, 0)), sum(cost_usd),
-          coalesce(sum(tokens) FILTER (WHERE cost_status = 'unpriced'), 0),
-          count(*) FILTER (WHERE is_owned_unit AND owned), count(*) FILTER (WHERE owned),
-          coalesce(sum(byte_length) FILTER (WHERE owned), 0), sum(cost_usd) FILTER (WHERE owned)
-        FROM claimed GROUP BY fidx""").fetchall()}
-    basis: dict[str, dict[str, int]] = {}
-    for fid, status, n in con.execute(
-            "SELECT fidx, cost_status, count(*) FROM claimed WHERE cost_status IS NOT NULL "
-            "GROUP BY ALL ORDER BY ALL").fetchall():
-        basis.setdefault(fid, {})[status] = n
-    evidence = _evidence(con, findings)
+    stats, basis, ends, overlaps = _claimed_figures(con)
+    _OVERLAPS[con] = overlaps
+    evidence = _evidence(con, findings, ends)
     owns = _owned_by_kind(con)
     out = []
     for i, f in enumerate(findings):
@@ -140,6 +132,44 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
             by_kind, x_tokens, x_unpriced, x_basis,
         ))
     return out, totals(con)
+
+
+# per connection: what claim_overlaps reads, worked out by attribution's pass over the claims
+_OVERLAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _claimed_figures(con: duckdb.DuckDBPyConnection):
+    """Every figure attribution takes from the claims, in one pass over `claimed` (grouping
+    sets, each aggregated as its own query would): per finding its counts and sums (`stats`),
+    events per cost basis (`basis`), its first three and last unit events by time (`ends`),
+    and per (finding, other owner) how many events and in which inputs (`overlaps`)."""
+    rows = con.execute("""
+        SELECT fidx, cost_status, other, grouping(cost_status) AS by_status,
+          grouping(other) AS by_other,
+          count(*) FILTER (WHERE is_unit), count(*), sum(byte_length),
+          sum(coalesce(tokens, 0)), sum(cost_usd),
+          coalesce(sum(tokens) FILTER (WHERE cost_status = 'unpriced'), 0),
+          count(*) FILTER (WHERE is_owned_unit AND owned), count(*) FILTER (WHERE owned),
+          coalesce(sum(byte_length) FILTER (WHERE owned), 0),
+          sum(cost_usd) FILTER (WHERE owned),
+          arg_min(event_id, (ts, event_id), 3) FILTER (WHERE is_unit),
+          arg_max(event_id, (ts, event_id)) FILTER (WHERE is_unit),
+          list(DISTINCT CAST(event_id >> 32 AS INTEGER) ORDER BY 1)
+        FROM (SELECT *, CASE WHEN owned THEN NULL ELSE owner END AS other FROM claimed)
+        GROUP BY GROUPING SETS ((fidx), (fidx, cost_status), (fidx, other))
+        ORDER BY ALL""").fetchall()
+    stats, basis, ends, overlaps = {}, {}, [], []
+    for fidx, status, other, by_status, by_other, *figures in rows:
+        if by_status and by_other:  # (fidx)
+            stats[fidx] = tuple(figures[:10])
+            if figures[10] is not None:  # it claims a unit
+                ends.append((fidx, figures[10], figures[11]))
+        elif by_other:  # (fidx, cost_status)
+            if status is not None:
+                basis.setdefault(fidx, {})[status] = figures[1]
+        else:  # (fidx, other)
+            overlaps.append((fidx, other, figures[12], figures[1]))
+    return stats, basis, ends, overlaps
 
 
 def _owned_by_kind(con: duckdb.DuckDBPyConnection
@@ -170,15 +200,12 @@ def claim_overlaps(con: duckdb.DuckDBPyConnection
                    ) -> tuple[dict[int, list[str]], dict[tuple[int, int], int]]:
     """What grouping findings into incidents needs of their claims: the input files each
     finding claims events in, and for two findings, how many events one claims that the other
-    owns (a signal's events that the loop's finding explains better). Read from `claimed`,
-    which pairs every claim with the event's owner already: no second join of the claims."""
+    owns (a signal's events that the loop's finding explains better). Attribution counted
+    them in its pass over the claims, which pairs every claim with the event's owner."""
     paths = dict(con.execute("SELECT input_id, path FROM inputs").fetchall())
     files: dict[int, list[str]] = {}
     shared: dict[tuple[int, int], int] = {}
-    for fidx, owner, inputs, n in con.execute("""
-            SELECT fidx, CASE WHEN owned THEN NULL ELSE owner END AS other,
-                   list(DISTINCT CAST(event_id >> 32 AS INTEGER) ORDER BY 1), count(*)
-            FROM claimed GROUP BY ALL ORDER BY ALL""").fetchall():
+    for fidx, owner, inputs, n in _OVERLAPS.get(con) or _claimed_figures(con)[3]:
         files.setdefault(fidx, [])
         files[fidx] = sorted(set(files[fidx]) | {paths.get(i, str(i)) for i in inputs})
         if owner is not None:
@@ -248,12 +275,11 @@ def _num(v) -> float | None:
     return None if v is None else float(v)
 
 
-def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> dict[int, list[dict]]:
+def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding],
+              ends: list[tuple[int, list[int], int]]) -> dict[int, list[dict]]:
     """The lines a reader should look at: the detector's own picks (e.g. the session.close the
-    caller ignored), then the first claimed actions and the last."""
-    ends = con.execute("""
-        SELECT fidx, arg_min(event_id, (ts, event_id), 3), arg_max(event_id, (ts, event_id))
-        FROM claimed WHERE is_unit GROUP BY fidx""").fetchall()
+    caller ignored), then the first claimed actions and the last (`ends`: per finding, its
+    first three unit events by time and its last)."""
     wanted = sorted({e for _, first, last in ends for e in [*first, last]})
     where = dict(((r[0]), {"file": r[1], "line": r[2]}) for r in con.execute(
         "SELECT event_id, file, line FROM events WHERE list_contains(?, event_id)",
