@@ -21,6 +21,13 @@ With --query-only, only the query is timed (ingesting each log once into a store
     python benchmarks/variations_bench.py --query-only --repeat 7 --variants req_id,reqId,no_id
         --scales 10 --keep DIR
 
+`--scan-only --keep DIR` times the scan alone, on stores kept in DIR (`<log>.store`, ingested
+once, as with --query-only), and with `--against SRC` alternates it with the scan of another source tree (`SRC`:
+a `src` folder, e.g. of a checkout of main before a change), each in a fresh process:
+
+    python benchmarks/variations_bench.py --scan-only --keep DIR --variants id --scales 10
+        --against /tmp/main-before/src [--repeat 3]
+
 The logs take 0.3–0.4 GB each at 1×, 3–4 GB at 10× (with its store): check `df -h` first.
 """
 
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -99,8 +107,12 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "exit": code,
 """
 
 
-def child(code: str, *args: str) -> dict:
-    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+def child(code: str, *args: str, src: Path | None = None) -> dict:
+    env = None
+    if src is not None:  # another source tree's loophound
+        env = dict(os.environ, PYTHONPATH=str(src))
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env=env)
     if res.returncode != 0:
         return {"error": (res.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -235,6 +247,38 @@ def query_table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def bench_scan(name: str, log: Path, work: Path, repeat: int, against: Path | None) -> dict:
+    """The scan alone, on a store kept beside the log (ingested once), alternating with the
+    scan of the source tree `against` when given."""
+    store = log.with_suffix(".store")  # as --query-only keeps it
+    if not (store / "catalog.duckdb").exists():
+        shutil.rmtree(store, ignore_errors=True)
+        made = child(RUNNER, "ingest", str(log), str(store), "")
+        print(f"{name}: ingested into {store} ({made.get('seconds', float('nan')):.1f} s)",
+              flush=True)
+    sides = {"scan": None} | ({"against": against} if against else {})
+    runs: dict[str, list[dict]] = {k: [] for k in sides}
+    for i in range(repeat):
+        for side, src in sides.items():
+            runs[side].append(child(RUNNER, "scan", str(log), str(store), "", src=src))
+        print(f"  {name} run {i + 1}: " + "   ".join(
+            f"{k} {v[-1].get('seconds', float('nan')):6.2f} s "
+            f"({v[-1].get('peak_rss_mb', 0):,.0f} MB; {v[-1].get('findings')} findings)"
+            + (f" failed: {v[-1]['error']}" if "error" in v[-1] else "")
+            for k, v in runs.items()), flush=True)
+    med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
+           for k, v in runs.items() if any("seconds" in r for r in v)}
+    rss = {k: max(r.get("peak_rss_mb", 0) for r in v) for k, v in runs.items()}
+    same = len({json.dumps({k: r.get(k) for k in ("findings", "repeated_error")})
+                for v in runs.values() for r in v}) == 1
+    print(f"  {name} median: " + ", ".join(f"{k} {m:.2f} s (peak {rss[k]:,.0f} MB)"
+                                          for k, m in med.items())
+          + (f"; ratio {med['scan'] / med['against']:.2f}" if len(med) == 2 else "")
+          + f"; same findings: {same}", flush=True)
+    return {"variant": name, "median_seconds": med, "peak_rss_mb": rss, "same_findings": same,
+            "runs": runs}
+
+
 def table(results: list[dict]) -> str:
     rows = ["| log | MiB | lines | baseline | ingest | ratio | scan | scan / ingest | "
             "investigate (ratio) | peak RSS ingest / scan | repeated_error findings (storm "
@@ -273,7 +317,13 @@ def main() -> None:
                     help="time only the one-line query (--repeat rounds, 5 or more advised) "
                          "against DuckDB on the raw file, on a store ingested once beside "
                          "each log (with --keep: kept and reused)")
+    ap.add_argument("--scan-only", action="store_true",
+                    help="time the scan alone, on stores kept in --keep (ingested once)")
+    ap.add_argument("--against", type=Path,
+                    help="with --scan-only: a source tree (src folder) whose scan alternates")
     args = ap.parse_args()
+    if args.scan_only and not args.keep:
+        ap.error("--scan-only needs --keep DIR (where the stores are kept)")
     work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
     work.mkdir(parents=True, exist_ok=True)
     # the big one first, then its scales, then the other shapes
@@ -294,6 +344,9 @@ def main() -> None:
                 key_file.write_text(json.dumps(key))
                 print(f"wrote {log.name} in {time.perf_counter() - t:.1f} s", flush=True)
             key = json.loads(key_file.read_text())
+            if args.scan_only:
+                results.append(bench_scan(name, log, work, args.repeat, args.against))
+                continue
             timed = args.investigate == "all" or v.name in args.investigate.split(",")
             if args.query_only:
                 results.append(query_only(name, log, key, args.repeat))
@@ -307,6 +360,8 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    if args.scan_only:
+        return
     print()
     print(query_table(results) if args.query_only else table(results))
     print("* DuckDB's default schema sample could not read this file: sample_size = -1")
