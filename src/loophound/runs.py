@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from . import db
 from .store import ADDED, Store, define_finding_views
@@ -50,23 +49,21 @@ class SavedRun:
         return self.folder / rel if rel else None
 
 
-def _findings_table(rows: list[dict], statuses: dict[str, str]) -> pa.Table:
-    return pa.table({
-        "id": [r["id"] for r in rows], "detector": [r["detector"] for r in rows],
-        "severity": [r["severity"] for r in rows], "title": [r["title"] for r in rows],
-        "summary": [r["summary"] for r in rows],
-        "actors": pa.array([r["actors"] for r in rows], pa.list_(pa.string())),
-        "targets": pa.array([r["targets"] for r in rows], pa.list_(pa.string())),
-        "sessions": pa.array([r["sessions"] for r in rows], pa.list_(pa.string())),
-        "start": [r["start"] for r in rows], "end": [r["end"] for r in rows],
-        "events": pa.array([r["events"] for r in rows], pa.int64()),
-        "lines": pa.array([r["lines"] for r in rows], pa.int64()),
-        "bytes": pa.array([r["bytes"] for r in rows], pa.int64()),
-        "tokens": pa.array([r["tokens"] for r in rows], pa.int64()),
-        "cost_usd": pa.array([r["cost_usd"] for r in rows], pa.float64()),
-        "status": pa.array([statuses.get(r["id"]) for r in rows], pa.string()),
-        "json": [json.dumps(r, sort_keys=True) for r in rows],
-    })
+def _findings_table(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict],
+                    statuses: dict[str, str]) -> None:
+    """The temporary table `name`: one row per finding (what `findings-N.parquet` holds).
+    Made by DuckDB from Python lists: pyarrow would import pandas to build it (0.5-2 s)."""
+    def column(key: str) -> list:
+        return [r[key] for r in rows]
+
+    db.temp_table(con, name, {
+        **{k: ("VARCHAR", column(k)) for k in ("id", "detector", "severity", "title", "summary")},
+        **{k: ("VARCHAR[]", column(k)) for k in ("actors", "targets", "sessions")},
+        "start": ("VARCHAR", column("start")), "end": ("VARCHAR", column("end")),
+        **{k: ("BIGINT", column(k)) for k in ("events", "lines", "bytes", "tokens")},
+        "cost_usd": ("DOUBLE", column("cost_usd")),
+        "status": ("VARCHAR", [statuses.get(r["id"]) for r in rows]),
+        "json": ("VARCHAR", [json.dumps(r, sort_keys=True) for r in rows])})
 
 
 def _write_files(con: duckdb.DuckDBPyConnection, folder: Path, number: int, doc: dict,
@@ -86,10 +83,10 @@ def _write_files(con: duckdb.DuckDBPyConnection, folder: Path, number: int, doc:
         files["attribution"] = f"attribution-{number:06d}.parquet"
     if intend:
         intend(*files.values())
-    con.register("_findings", _findings_table(doc["findings"], statuses))
+    _findings_table(con, "_findings", doc["findings"], statuses)
     con.execute(f"COPY _findings TO {db.sql_literal(str(folder / files['findings']))} "
                 "(FORMAT parquet)")
-    con.unregister("_findings")
+    con.execute("DROP TABLE _findings")
     con.execute(f"COPY ({claims_sql} ORDER BY finding_id, event_id) "
                 f"TO {db.sql_literal(str(folder / files['claims']))} (FORMAT parquet)")
     # the catalog's inputs as the scan saw them: a copy of the folders then still knows its
@@ -177,9 +174,7 @@ def define_scan_views(con: duckdb.DuckDBPyConnection, doc: dict,
                       statuses: dict[str, str]) -> None:
     """`findings` and `finding_events` over a scan kept in memory (not saved, or in a store
     without a catalog): they describe this scan, not the store's last saved run."""
-    con.register("_scan_findings_arrow", _findings_table(doc["findings"], statuses))
-    con.execute("CREATE OR REPLACE TEMP TABLE _scan_findings AS SELECT * FROM _scan_findings_arrow")
-    con.unregister("_scan_findings_arrow")
+    _findings_table(con, "_scan_findings", doc["findings"], statuses)
     con.execute("CREATE OR REPLACE TEMP VIEW findings AS SELECT * FROM _scan_findings")
     con.execute("CREATE OR REPLACE TEMP VIEW finding_events AS "
                 "SELECT finding_id, event_id FROM claims")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from .. import db
 from ..normalise import mask_sql
 from ..store import _once
 from ..vocabulary import Severity
@@ -313,15 +314,16 @@ def _read(con: duckdb.DuckDBPyConnection, min_count: int, errors: bool) -> Seque
         table = con.sql(SEQUENCE, params={"kinds": kinds, "told": list(TOLD_KINDS)}).to_arrow_table()
     finally:
         con.unregister("_stuck_cand")
-    g, t, eid = (table[c].to_numpy() for c in ("g", "t", "event_id"))
+    g, t, eid = (db.arrow_numpy(table[c]) for c in ("g", "t", "event_id"))
     order = np.lexsort((eid, t, g))
     g, t, eid = g[order], t[order], eid[order]
-    own = table["own"].to_numpy()[order].astype(bool)
-    told = table["told"].to_numpy()[order].astype(bool)
+    own = db.arrow_numpy(table["own"])[order].astype(bool)
+    told = db.arrow_numpy(table["told"])[order].astype(bool)
     idx = np.flatnonzero(own)
 
     def col(name: str) -> np.ndarray:
-        return table[name].take(order[idx]).to_numpy()
+        # the actor's own rows (idx) have every column; Arrow's take would import pandas
+        return db.arrow_numpy(table[name], unused_nulls=True)[order[idx]]
 
     known = col("known").astype(bool)
     prev = anchors(g, own, told)
@@ -358,16 +360,14 @@ def turns(con: duckdb.DuckDBPyConnection, spans: list[tuple[str, str | None, dt.
     """For each (actor, session, lo, until): its turns' tokens and stated cost in (lo, until]."""
     if not spans:
         return []
-    import pyarrow as pa
-
-    runs = pa.table({"i": list(range(len(spans))), "actor": [s[0] for s in spans],
-                     "session": [s[1] for s in spans], "lo": [s[2] for s in spans],
-                     "until": [s[3] for s in spans]})
-    con.register("_stuck_runs", runs)
+    db.temp_table(con, "_stuck_runs", {  # not pyarrow's table: that imports pandas
+        "i": ("BIGINT", list(range(len(spans)))), "actor": ("VARCHAR", [s[0] for s in spans]),
+        "session": ("VARCHAR", [s[1] for s in spans]), "lo": ("TIMESTAMP", [s[2] for s in spans]),
+        "until": ("TIMESTAMP", [s[3] for s in spans])})
     try:
         rows = con.execute(TURNS).fetchall()
     finally:
-        con.unregister("_stuck_runs")
+        con.execute("DROP TABLE _stuck_runs")
     out = [Turns() for _ in spans]
     for i, calls, tokens, cost in rows:
         out[i] = Turns(int(calls), int(tokens), None if cost is None else float(cost))

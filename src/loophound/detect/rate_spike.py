@@ -410,8 +410,8 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Spike]:
     fmts = table.column("format").to_pylist()
     scopes = table.column("scope").to_pylist()
     keys = table.column("key").to_pylist()
-    b = table.column("b").to_numpy()
-    cnt = table.column("n").to_numpy()
+    b = db.arrow_numpy(table.column("b"))
+    cnt = db.arrow_numpy(table.column("n"))
     candidates: list[Candidate] = []
     start = 0
     n_rows = len(b)
@@ -448,7 +448,7 @@ def _events(con: duckdb.DuckDBPyConnection, sp: Candidate) -> tuple[np.ndarray, 
         AND {SCOPE_COND[sp.scope]} {sp.copies}
       ORDER BY e.ts, e.event_id"""
     t = con.sql(sql, params=_params(sp.scope, sp.fmt, sp.key, lo=_ts(lo), hi=_ts(hi))).to_arrow_table()
-    return t.column("t").to_numpy().astype(np.int64), t.column("event_id").to_numpy()
+    return db.arrow_numpy(t.column("t")).astype(np.int64), db.arrow_numpy(t.column("event_id"))
 
 
 def _own_delays(con: duckdb.DuckDBPyConnection, sp: Candidate, times: np.ndarray,

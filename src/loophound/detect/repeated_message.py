@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from .. import db
 from ..normalise import mask_sql
 from ..vocabulary import Severity
 from .actions import ACTION_KINDS, GUARDS, Pace, clip, ts
@@ -196,7 +197,7 @@ def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Repetition]:
                                  "min_count": p.min_count}).to_arrow_table()
     if table.num_rows == 0:
         return []
-    rows = {c: table[c].to_numpy() for c in ("event_id", "t", "tokens", "text_key")}
+    rows = {c: db.arrow_numpy(table[c]) for c in ("event_id", "t", "tokens", "text_key")}
     sender = table["sender"].to_pylist()
     conv = table["conv"].to_pylist()
     receiver = table["receiver"].to_pylist()

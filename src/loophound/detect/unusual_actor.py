@@ -92,10 +92,6 @@ WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL
   AND (e.actor IS NOT NULL OR e.session IS NOT NULL) {copies}
 ORDER BY who, t, e.event_id
 """
-# each column's type as EVENTS_SQL makes it (none is ever NULL)
-EVENT_DTYPES = {"who": np.uint64, "t": np.int64, "event_id": np.int64, "act": np.uint64,
-                "err": np.uint64, "has_error": np.uint8, "tgt": np.uint64, "failed": np.uint8,
-                "tok": np.int64, "win": np.int64, "width": np.int64}
 BATCH_ROWS = 1 << 19  # rows read at a time (about 40 MB of columns)
 
 
@@ -212,8 +208,7 @@ def _whole_groups(reader) -> Iterator[dict[str, np.ndarray]]:
     group ends: a group that goes on in the next batch waits for it."""
     carry: dict[str, np.ndarray] | None = None
     for batch in reader:
-        cols = {name: _numpy(batch.column(i), EVENT_DTYPES[name])
-                for i, name in enumerate(batch.schema.names)}
+        cols = {name: db.arrow_numpy(batch.column(i)) for i, name in enumerate(batch.schema.names)}
         if carry is not None:
             cols = {k: np.concatenate((carry[k], v)) for k, v in cols.items()}
         who, win = cols["who"], cols["win"]
@@ -224,18 +219,6 @@ def _whole_groups(reader) -> Iterator[dict[str, np.ndarray]]:
             yield {k: v[:cut] for k, v in cols.items()}
     if carry is not None and len(carry["who"]):
         yield carry
-
-
-def _numpy(column, dtype) -> np.ndarray:
-    """A column of fixed-width numbers without NULLs, as numpy over Arrow's own buffer: no copy,
-    and not `to_numpy()`, which imports pandas (seconds, on these machines) on first use."""
-    if column.null_count:
-        raise ValueError(f"unexpected NULL in {column.type} column")
-    width = np.dtype(dtype).itemsize
-    if column.type.bit_width != 8 * width:
-        raise ValueError(f"{column.type} is not {np.dtype(dtype)}")
-    return np.frombuffer(column.buffers()[1], dtype, count=len(column),
-                         offset=column.offset * width)
 
 
 def _group_features(c: dict[str, np.ndarray], prev: tuple | None) -> dict[str, np.ndarray]:
