@@ -85,8 +85,10 @@ elif kind == "scan":
                "repeated_error": [[f["events"], f["sessions"]] for f in runs[:20]],
                "repeated_error_count": len(runs)}
 t2 = time.perf_counter()
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps(result | {"seconds": t2 - t1, "with_imports": t2 - t0,
-      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+      "cpu_seconds": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+      "peak_rss_mb": own.ru_maxrss / 1024}))
 """
 
 INVESTIGATE = r"""
@@ -263,19 +265,23 @@ def bench_scan(name: str, log: Path, work: Path, repeat: int, against: Path | No
             runs[side].append(child(RUNNER, "scan", str(log), str(store), "", src=src))
         print(f"  {name} run {i + 1}: " + "   ".join(
             f"{k} {v[-1].get('seconds', float('nan')):6.2f} s "
-            f"({v[-1].get('peak_rss_mb', 0):,.0f} MB; {v[-1].get('findings')} findings)"
+            f"(CPU {v[-1].get('cpu_seconds', float('nan')):.1f} s with imports and child "
+            f"processes; {v[-1].get('peak_rss_mb', 0):,.0f} MB; {v[-1].get('findings')} findings)"
             + (f" failed: {v[-1]['error']}" if "error" in v[-1] else "")
             for k, v in runs.items()), flush=True)
     med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
            for k, v in runs.items() if any("seconds" in r for r in v)}
+    cpu = {k: statistics.median(r["cpu_seconds"] for r in v if "cpu_seconds" in r)
+           for k, v in runs.items() if any("cpu_seconds" in r for r in v)}
     rss = {k: max(r.get("peak_rss_mb", 0) for r in v) for k, v in runs.items()}
     same = len({json.dumps({k: r.get(k) for k in ("findings", "repeated_error")})
                 for v in runs.values() for r in v}) == 1
-    print(f"  {name} median: " + ", ".join(f"{k} {m:.2f} s (peak {rss[k]:,.0f} MB)"
-                                          for k, m in med.items())
+    print(f"  {name} median: " + ", ".join(f"{k} {m:.2f} s (CPU {cpu.get(k, float('nan')):.1f} s;"
+                                          f" peak {rss[k]:,.0f} MB)" for k, m in med.items())
           + (f"; ratio {med['scan'] / med['against']:.2f}" if len(med) == 2 else "")
           + f"; same findings: {same}", flush=True)
-    return {"variant": name, "median_seconds": med, "peak_rss_mb": rss, "same_findings": same,
+    return {"variant": name, "median_seconds": med, "median_cpu_seconds": cpu,
+            "peak_rss_mb": rss, "same_findings": same,
             "runs": runs}
 
 
