@@ -22,8 +22,9 @@ With --query-only, only the query is timed (ingesting each log once into a store
         --scales 10 --keep DIR
 
 `--scan-only --keep DIR` times the scan alone, on stores kept in DIR (`<log>.store`, ingested
-once, as with --query-only), and with `--against SRC` alternates it with the scan of another source tree (`SRC`:
-a `src` folder, e.g. of a checkout of main before a change), each in a fresh process:
+once, as with --query-only), and with `--against SRC` alternates it with the scan of another
+source tree (`SRC`: a `src` folder, e.g. of a checkout of main before a change), each in a
+fresh process:
 
     python benchmarks/variations_bench.py --scan-only --keep DIR --variants id --scales 10
         --against /tmp/main-before/src [--repeat 3]
