@@ -61,13 +61,14 @@ _SPILL: list[str] = []  # this process's spill folder, made on first use, remove
 
 
 def spill_folder() -> str:
-    """Where DuckDB writes what does not fit in `memory_limit()`: one private folder per
-    process under the system's temporary folder (DuckDB's default, `.tmp` in the current
-    folder, would litter wherever loophound is run), removed when the process ends."""
+    """Where a new database writes what does not fit in `memory_limit()`: a folder of its own
+    (two DuckDB databases in one process would write the same temporary file names), in one
+    private folder per process under the system's temporary folder (DuckDB's default, `.tmp`
+    in the current folder, would litter wherever loophound is run), removed at exit."""
     if not _SPILL:
         _SPILL.append(tempfile.mkdtemp(prefix="loophound-spill-"))
         atexit.register(shutil.rmtree, _SPILL[0], True)
-    return _SPILL[0]
+    return tempfile.mkdtemp(dir=_SPILL[0])
 
 
 def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:

@@ -1,0 +1,61 @@
+"""DuckDB as loophound opens it: a bounded memory, a private spill folder per database, and a
+bad LOOPHOUND_MEMORY_LIMIT said in one sentence (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loophound import db
+from loophound.errors import ConfigError
+
+LOOPHOUND = [sys.executable, "-c", "from loophound.cli import run; run()"]
+
+
+def setting(con, name: str) -> str:
+    return con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]
+
+
+def test_duckdb_gets_an_eighth_of_the_machine_between_256_mib_and_1_gib(monkeypatch):
+    monkeypatch.delenv(db.MEMORY_ENV, raising=False)
+    mib = int(db.memory_limit().removesuffix("MiB"))
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    assert mib == min(max(total // 8, 256), 1024)
+    shown = f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+    assert setting(db.connect(), "memory_limit") == shown
+
+
+def test_the_limit_can_be_set_and_a_bad_one_is_refused(monkeypatch):
+    monkeypatch.setenv(db.MEMORY_ENV, "300MiB")
+    assert setting(db.connect(), "memory_limit") == "300.0 MiB"
+    monkeypatch.setenv(db.MEMORY_ENV, "lots")
+    with pytest.raises(ConfigError, match="LOOPHOUND_MEMORY_LIMIT='lots' is not a size"):
+        db.connect()
+
+
+def test_each_database_spills_into_a_private_folder_of_its_own(monkeypatch):
+    monkeypatch.setenv(db.MEMORY_ENV, "64MiB")
+    a, b = db.connect(), db.connect()
+    folders = [Path(setting(c, "temp_directory")) for c in (a, b)]
+    assert folders[0] != folders[1] and all(f.parent == Path(db._SPILL[0]) for f in folders)
+    # more than the limit to sort: DuckDB writes it out there, and the answer is whole
+    n = a.execute("SELECT count(*), min(x), max(x) FROM (SELECT hash(range) AS x, "
+                  "repeat('x', 40) AS pad FROM range(3000000) ORDER BY x)").fetchall()[0]
+    assert n[0] == 3_000_000
+
+
+def test_a_bad_memory_limit_is_one_line_and_exit_2(tmp_path):
+    log = tmp_path / "agent.jsonl"
+    log.write_text(json.dumps({"ts": 1767600000, "from": "a", "to": "b"}) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "LOOPHOUND_DEBUG"}
+    res = subprocess.run([*LOOPHOUND, "ingest", str(log), "--store", str(tmp_path / "st")],
+                         capture_output=True, text=True, timeout=120,
+                         env=env | {db.MEMORY_ENV: "half"})
+    out = (res.stdout + res.stderr).strip()
+    assert res.returncode == 2 and "Traceback" not in out, out
+    assert out.startswith("error: ") and "LOOPHOUND_MEMORY_LIMIT='half'" in out, out
