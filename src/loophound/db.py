@@ -11,11 +11,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def sql_literal(value: str) -> str:
@@ -205,11 +208,11 @@ def open_file(path: str, read_only: bool = False) -> Iterator[duckdb.DuckDBPyCon
         _HOST.release(path)
 
 
-# Arrow types whose values numpy holds as they are (booleans are unpacked from their bits)
-_NUMPY_OF_ARROW = {"int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-                   "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
-                   "uint64": np.uint64, "float": np.float32, "double": np.float64,
-                   "bool": np.bool_}
+# Arrow types whose values numpy holds as they are (booleans are unpacked from their bits),
+# by name: `loophound sql` imports this module, and no numpy
+_NUMPY_OF_ARROW = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+                   "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+                   "float": "float32", "double": "float64", "bool": "bool"}
 
 
 def arrow_numpy(column, unused_nulls: bool = False) -> np.ndarray:
@@ -219,13 +222,15 @@ def arrow_numpy(column, unused_nulls: bool = False) -> np.ndarray:
     buffer (numbers without a copy); anything else goes through `to_numpy()`.
     `unused_nulls`: the caller reads none of the NULL rows (it picks others), so the column
     is read as if it had none (their slots hold anything)."""
+    import numpy as np
+
     if hasattr(column, "combine_chunks"):
         column = column.combine_chunks()
     dtype = _NUMPY_OF_ARROW.get(str(column.type))
     if dtype is None or (column.null_count and not unused_nulls):
         return column.to_numpy(zero_copy_only=False)
     n, start, data = len(column), column.offset, column.buffers()[1]
-    if dtype is np.bool_:
+    if dtype == "bool":
         if n == 0:
             return np.zeros(0, bool)
         bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
