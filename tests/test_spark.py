@@ -73,7 +73,8 @@ def stores(spark, tmp_path_factory):
             "incidents": [str(_incidents(tmp / "incidents"))]}
     out = {}
     for name, paths in sets.items():
-        a, b = Store(tmp / f"{name}-duckdb"), Store(tmp / f"{name}-spark")
+        # a folder name Hadoop would take for a glob: the engine reads it literally
+        a, b = Store(tmp / f"{name}-duckdb"), Store(tmp / f"{name}-spark[local-2]")
         ingest(paths, a)
         ingest_on_spark(spark, paths, b)
         out[name] = (a, b)

@@ -66,9 +66,12 @@ def session(master: str | None = None, app_name: str = "loophound") -> Any:
 
 def _local(master: str | None) -> bool:
     """Whether the executors run on this machine (a master given as local, or none given:
-    Spark's default unless its configuration names a cluster)."""
+    Spark's default unless its configuration names a cluster, or `spark-submit` started
+    this process, which then says which Python the executors run)."""
     if master is not None:
         return master.startswith("local")
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return False
     conf = os.path.join(os.environ.get("SPARK_CONF_DIR", ""), "spark-defaults.conf")
     if os.environ.get("SPARK_CONF_DIR") and os.path.exists(conf):
         with open(conf, encoding="utf-8") as fh:

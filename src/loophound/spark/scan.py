@@ -18,6 +18,7 @@ attribution still runs on the driver, in DuckDB over the store's files.
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def events_frame(spark: Any, store: Store) -> Any | None:
     files = store.committed_files()["events"]
     if not files:
         return None
-    events = spark.read.option("mergeSchema", "true").parquet(*files)
+    events = spark.read.option("mergeSchema", "true").parquet(*(literal_path(f) for f in files))
     con = store.connect()
     try:
         outcomes = con.sql("SELECT event_id, ok AS o_ok, error AS o_error, "
@@ -91,6 +92,12 @@ def grouped(events: Any, key: tuple[str, ...]) -> Any:
     parts = [F.when(F.col("_q_id").isNotNull(), F.col(f"_q_{c}")).otherwise(F.col(c))
              .alias(f"_part_{c}") for c in key]
     return joined.groupBy(*parts)
+
+
+def literal_path(path: str) -> str:
+    """`path` as Spark reads it literally: Hadoop takes `[`, `{`, `*`, `?` as a glob, so a store
+    in `runs/local[2]/` would be a pattern that matches nothing; a backslash escapes each."""
+    return re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
 
 def group_connection(group: pa.Table, inputs: pa.Table) -> duckdb.DuckDBPyConnection:
