@@ -163,3 +163,22 @@ def test_scan_only_runs_the_detectors_named_on_the_default_engine_too(tmp_path):
     assert doc["findings"] and {f["detector"] for f in doc["findings"]} == {"repeated_error"}
     got = CliRunner().invoke(app, ["scan", "--store", str(store), "--only", "loops"])
     assert got.exit_code == 2 and "no detector named loops" in got.output
+
+
+def test_the_command_line_ingests_and_scans_on_spark(spark, tmp_path):
+    """`ingest` and `scan` with --engine spark (the test's session is the one they get)."""
+    logs = str(ROOT / "sample_logs" / "bproxy")
+    store = str(tmp_path / "store")
+    engine = ["--engine", "spark", "--spark-master", "local[2]"]
+    got = CliRunner().invoke(app, ["ingest", logs, "--store", store, *engine])
+    assert got.exit_code == 0, got.output
+    got = CliRunner().invoke(app, ["scan", "--store", store, "--only", ",".join(ON_SPARK),
+                                   "--json", "-", *engine])
+    assert got.exit_code == 1, got.output  # the storm is critical
+    doc = json.loads(got.stdout[got.stdout.index("{"):])
+    default = CliRunner().invoke(app, ["scan", logs, "--store", str(tmp_path / "default"),
+                                       "--only", ",".join(ON_SPARK), "--json", "-"])
+    expected = json.loads(default.stdout[default.stdout.index("{"):])
+    for d in (doc, expected):
+        d.pop("generated_at", None)
+    assert doc["findings"] and doc == expected
