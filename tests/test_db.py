@@ -3,6 +3,7 @@ bad LOOPHOUND_MEMORY_LIMIT said in one sentence (exit 2)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -59,3 +60,22 @@ def test_a_bad_memory_limit_is_one_line_and_exit_2(tmp_path):
     out = (res.stdout + res.stderr).strip()
     assert res.returncode == 2 and "Traceback" not in out, out
     assert out.startswith("error: ") and "LOOPHOUND_MEMORY_LIMIT='half'" in out, out
+
+
+def test_spill_folders_go_with_their_database_and_their_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(db.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(db, "_SPILL", [])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    orphan = tmp_path / f"loophound-spill-{dead}-abc"  # a killed process's, with a spill
+    (orphan / "tmpx").mkdir(parents=True)
+    (orphan / "tmpx" / "duckdb_temp_storage.tmp").write_bytes(b"x" * 10)
+    alive = tmp_path / f"loophound-spill-{os.getppid()}-def"  # a running process's
+    alive.mkdir()
+    con = db.connect()
+    folder = Path(setting(con, "temp_directory"))
+    assert not orphan.exists() and alive.exists()
+    assert folder.parent.name.startswith(f"loophound-spill-{os.getpid()}-")
+    del con
+    gc.collect()
+    assert not folder.exists() and folder.parent.exists()

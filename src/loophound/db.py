@@ -8,9 +8,11 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -61,17 +63,34 @@ def memory_limit() -> str:
 
 
 _SPILL: list[str] = []  # this process's spill folder, made on first use, removed at exit
+_SPILL_PREFIX = "loophound-spill-"
 
 
 def spill_folder() -> str:
     """Where a new database writes what does not fit in `memory_limit()`: a folder of its own
     (two DuckDB databases in one process would write the same temporary file names), in one
     private folder per process under the system's temporary folder (DuckDB's default, `.tmp`
-    in the current folder, would litter wherever loophound is run), removed at exit."""
+    in the current folder, would litter wherever loophound is run), removed at exit. The
+    folders of processes that were killed before they could remove theirs go the first
+    time another needs one."""
     if not _SPILL:
-        _SPILL.append(tempfile.mkdtemp(prefix="loophound-spill-"))
+        _remove_orphaned_spill_folders()
+        _SPILL.append(tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-"))
         atexit.register(shutil.rmtree, _SPILL[0], True)
     return tempfile.mkdtemp(dir=_SPILL[0])
+
+
+def _remove_orphaned_spill_folders() -> None:
+    for path in Path(tempfile.gettempdir()).glob(f"{_SPILL_PREFIX}*-*"):
+        pid = path.name.removeprefix(_SPILL_PREFIX).partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # its process is gone
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # alive, or another user's
+            continue
 
 
 def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -82,7 +101,9 @@ def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckD
     con.execute("SET enable_progress_bar = false")
     if database == ":memory:":
         con.execute(f"SET memory_limit = {sql_literal(memory_limit())}")
-        con.execute(f"SET temp_directory = {sql_literal(spill_folder())}")
+        folder = spill_folder()
+        con.execute(f"SET temp_directory = {sql_literal(folder)}")
+        weakref.finalize(con, shutil.rmtree, folder, True)  # when the database goes
         con.execute("SET TimeZone = 'UTC'")
         # a store's Parquet files are written once, each under a new name (and DuckDB checks
         # a file's modification time): their footers need not be parsed again for every view
