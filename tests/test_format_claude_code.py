@@ -258,3 +258,39 @@ def test_the_clean_twin_is_silent(tmp_path):
     doc, code = scan(tmp_path / "clean", tmp_path)
     assert [f["title"] for f in doc["findings"] if f["severity"] in SERIOUS] == []
     assert code == 0
+
+
+# -- the model call that failed: Claude Code's own API error line -----------------------------
+
+
+def _api_error(i: int, second: float) -> dict:
+    """The line Claude Code writes when the API refused a call (as in a real subagent
+    transcript: `isApiErrorMessage`, `error`, `apiErrorStatus`, a `<synthetic>` model)."""
+    return {"parentUuid": f"p-{i}"} | ENV | {
+        "type": "assistant", "uuid": f"e-{i}", "timestamp": f"2026-06-22T11:{int(second) // 60:02d}:"
+        f"{second % 60:06.3f}Z", "error": "rate_limit", "isApiErrorMessage": True,
+        "apiErrorStatus": 429, "message": {
+            "id": f"m-{i}", "model": "<synthetic>", "role": "assistant", "type": "message",
+            "stop_reason": "stop_sequence", "content": [
+                {"type": "text", "text": "API Error: Request rejected (429) · rate limited"}],
+            "usage": {"input_tokens": 0, "output_tokens": 0}}}
+
+
+def test_an_api_error_is_a_failed_model_call(tmp_path):
+    store = Store(tmp_path / "st")
+    ingest([str(write(tmp_path / f"{S}.jsonl", [LINES[1], _api_error(1, 3.5)]))], store)
+    assert rows(store, "SELECT kind, actor, ok, error, model, tokens_in FROM events "
+                       "ORDER BY line") == [
+        ("message", "user", None, None, None, None),
+        ("llm_call", "claude", False, "rate_limit 429", None, 0)]
+
+
+def test_a_storm_of_api_errors_is_a_loop_and_two_are_not(tmp_path):
+    storm = [LINES[1]] + [_api_error(i, 5.0 + 6 * i) for i in range(12)]
+    found, code = scan(write(tmp_path / "storm" / f"{S}.jsonl", storm), tmp_path / "a")
+    errors = [f for f in found["findings"] if f["detector"] == "repeated_error"]
+    assert len(errors) == 1 and errors[0]["events"] == 12 and code == 1
+    assert [e["line"] for e in errors[0]["evidence"]][:1] == [2]
+    calm = [LINES[1], _api_error(1, 5.0), _api_error(2, 600.0)]
+    found, code = scan(write(tmp_path / "calm" / f"{S}.jsonl", calm), tmp_path / "b")
+    assert not [f for f in found["findings"] if f["severity"] in SERIOUS] and code == 0

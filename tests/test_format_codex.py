@@ -264,3 +264,22 @@ def test_the_clean_twin_is_silent(tmp_path):
     doc, code = scan(tmp_path / "clean", tmp_path)
     assert [f["title"] for f in doc["findings"] if f["severity"] in SERIOUS] == []
     assert code == 0
+
+
+def test_a_turn_that_ended_in_error_carries_it(tmp_path):
+    """`task_complete` of a turn the stream broke off (as a real rollout writes it)."""
+    end = wrap("2026-06-23T11:30:20.000Z", "event_msg", {
+        "type": "task_complete", "turn_id": "t-1", "last_agent_message": None,
+        "error": {"message": "stream disconnected before completion: stream closed before "
+                             "response.completed", "codex_error_info": "other"},
+        "duration_ms": 3856})
+    fine = wrap("2026-06-23T11:30:30.000Z", "event_msg", {
+        "type": "task_complete", "turn_id": "t-2", "last_agent_message": "Done."})
+    store = Store(tmp_path / "st")
+    ingest([str(write(tmp_path / f"rollout-2026-06-23T11-30-00-{SID}.jsonl",
+                      LINES[:2] + [end, fine]))], store)
+    assert rows(store, "SELECT kind, event_type, error FROM events WHERE line > 2 "
+                       "ORDER BY line") == [
+        ("record", "task_complete", "stream disconnected before completion: stream closed "
+                                    "before response.completed"),
+        ("record", "task_complete", None)]

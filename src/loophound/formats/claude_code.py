@@ -25,6 +25,10 @@ Columns:
   `message.id`; `finish` joins the result (result = its text, first 4 KiB; ok = not
   `is_error`; error = the first line of the text, `<tool_use_error>` tags removed;
   latency_ms = result time − call time).
+- `assistant` line with `isApiErrorMessage` (Claude Code's own line for a model call that
+  failed: "API Error: Request rejected (429)", model `<synthetic>`) ⇒ kind `llm_call`, ok false,
+  error = its `error` and `apiErrorStatus` (`rate_limit 429`): a storm of them is a run of
+  one error, as a rate-limited agent retrying is; model NULL (nothing was priced).
 - `assistant` line with a `text` block ⇒ kind `message` from the agent to `user` (to `claude`
   in a subagent's transcript: its answer goes to the agent that started it); any other
   assistant line (thinking) ⇒ kind `llm_call`. Both have corr_id = `message.id`.
@@ -92,6 +96,7 @@ KNOWN = frozenset({
     "sourceToolAssistantUUID", "sourceToolUseID", "isVisibleInTranscriptOnly", "imagePasteIds",
     "durationMs", "hookInfos", "hookErrors", "preventedContinuation", "stopReason", "hasOutput",
     "mcpMeta", "planContent", "retryInMs", "retryAttempt", "maxRetries", "cause",
+    "apiErrorStatus", "attributionAgent", "attachment",
 })
 
 
@@ -134,7 +139,8 @@ def select_sql(ctx: FormatContext) -> str:
     ), shaped AS (
       SELECT *, r.type AS typ, r.message->>'$.id' AS mid,
         json_extract(r.message, '$.content[*]') AS blocks,
-        coalesce(r.isSidechain->>'$' = 'true', false) AS side
+        coalesce(r.isSidechain->>'$' = 'true', false) AS side,
+        coalesce(r.isApiErrorMessage->>'$' = 'true', false) AS api_error
       FROM parsed
     ), blocked AS (
       SELECT *,
@@ -148,7 +154,8 @@ def select_sql(ctx: FormatContext) -> str:
     ), kinded AS (
       SELECT *, trs[1] AS tr,
         CASE WHEN typ = 'assistant' THEN
-               CASE WHEN tu IS NOT NULL THEN 'tool_call' WHEN txt IS NOT NULL THEN 'message'
+               CASE WHEN api_error THEN 'llm_call'
+                    WHEN tu IS NOT NULL THEN 'tool_call' WHEN txt IS NOT NULL THEN 'message'
                     ELSE 'llm_call' END
              WHEN typ = 'user' THEN
                CASE WHEN len(trs) > 0 THEN 'response' WHEN r.isMeta->>'$' = 'true' THEN 'record'
@@ -169,16 +176,18 @@ def select_sql(ctx: FormatContext) -> str:
       CASE WHEN k = 'tool_call' THEN tu->>'$.name' END AS action,
       CASE WHEN k = 'tool_call' THEN CAST(tu->'$.input' AS VARCHAR) END AS args,
       CASE WHEN k = 'response' THEN {clip_sql('rtext')} END AS result,
-      CASE WHEN k = 'response' THEN NOT failed END AS ok,
+      CASE WHEN k = 'response' THEN NOT failed WHEN api_error THEN false END AS ok,
       CASE WHEN k = 'response' AND failed
-           THEN coalesce(nullif({first_line_sql(error_text)}, ''), 'error') END AS error,
+           THEN coalesce(nullif({first_line_sql(error_text)}, ''), 'error')
+           WHEN api_error THEN concat_ws(' ', coalesce(r.error->>'$', 'api_error'),
+                                         r.apiErrorStatus->>'$') END AS error,
       r.message->>'$.role' AS role,
       CASE k WHEN 'tool_call' THEN tu->>'$.id' WHEN 'response' THEN tr->>'$.tool_use_id'
              WHEN 'llm_call' THEN mid
              WHEN 'message' THEN CASE WHEN typ = 'assistant' THEN mid ELSE r.uuid END
              ELSE r.uuid END AS corr_id,
       CASE WHEN k = 'tool_call' THEN mid ELSE r.parentUuid->>'$' END AS parent_id,
-      CASE WHEN typ = 'assistant' THEN r.message->>'$.model' END AS model,
+      CASE WHEN typ = 'assistant' THEN nullif(r.message->>'$.model', '<synthetic>') END AS model,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.input_tokens' AS BIGINT) END AS tokens_in,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.output_tokens' AS BIGINT) END AS tokens_out,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.cache_read_input_tokens' AS BIGINT)

@@ -37,7 +37,8 @@ Columns:
 - `message` with role `user` or `assistant` ⇒ kind `message` between `user` and the agent
   (`extra.text`: its first text); developer and system messages, `reasoning`, the
   `event_msg` copies of messages and every other line ⇒ `record`; `turn_context` ⇒ `config`
-  with its `model`; `event_msg` `error` ⇒ `record` with error = its message's first line.
+  with its `model`; `event_msg` `error` ⇒ `record` with error = its message's first line; a
+  `task_complete` whose turn ended in error (`error.message`) ⇒ `record` with that error.
 - `event_msg` `token_count` with usage ⇒ kind `llm_call`: tokens_in = `input_tokens` −
   `cached_input_tokens` of `last_token_usage`, tokens_cache_read = `cached_input_tokens`,
   tokens_out = `output_tokens` (reasoning included); corr_id = `total:<total_tokens>` of the
@@ -133,6 +134,11 @@ def _text_items(expr: str) -> str:
             f"lambda c: c->>'$.text'), chr(10))")
 
 
+# a turn that ended in error: `task_complete` with `error` {message, codex_error_info} (or text)
+_TASK_ERROR = ("CASE json_type(p, '$.error') WHEN 'OBJECT' THEN p->>'$.error.message' "
+               "ELSE p->>'$.error' END")
+
+
 def select_sql(ctx: FormatContext) -> str:
     head = head_records(ctx.path)
     meta = session_meta(head)
@@ -215,7 +221,10 @@ def select_sql(ctx: FormatContext) -> str:
            WHEN k = 'response' AND success = false
              THEN coalesce(nullif({first_line_sql('body')}, ''), 'error')
            WHEN outer_type = 'event_msg' AND pt IN ('error', 'stream_error')
-             THEN coalesce(nullif({first_line_sql("p->>'$.message'")}, ''), pt) END AS error,
+             THEN coalesce(nullif({first_line_sql("p->>'$.message'")}, ''), pt)
+           WHEN outer_type = 'event_msg' AND pt = 'task_complete'
+                AND json_type(p, '$.error') IN ('OBJECT', 'VARCHAR')
+             THEN coalesce(nullif({first_line_sql(_TASK_ERROR)}, ''), 'error') END AS error,
       CASE WHEN k = 'message' THEN prole END AS role,
       CASE WHEN k IN ('tool_call', 'response') THEN p->>'$.call_id'
            WHEN k = 'llm_call' THEN 'total:' || (p->>'$.info.total_token_usage.total_tokens')
