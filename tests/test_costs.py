@@ -56,3 +56,24 @@ def test_an_unknown_model_is_unpriced_never_zero_and_a_price_file_overrides(tmp_
     assert doc["totals"]["cost_basis"] == {"priced": 2}
     assert doc["totals"]["cost_usd"] == pytest.approx(2.50 + (500 * 0.1 + 50 * 0.2) / 1e6)
     assert doc["method"]["cost_model"]["price_table_version"].endswith("+ours-1")
+
+
+def test_findings_claimed_together_or_one_by_one_are_the_same(tmp_path, monkeypatch):
+    """Attribution claims a detector's findings in one LATERAL statement; claimed one query a
+    finding (its fallback) every figure, cost to the last digit, is the same: dollars are
+    summed exactly, whatever order the claims come in."""
+    import loophound.attribute as attribution
+    from loophound.synth import write_samples
+
+    write_samples(tmp_path / "logs", seed=5)
+    store = Store(tmp_path / "st")
+    ingest([str(tmp_path / "logs")], store)
+
+    def document() -> str:
+        d = scan_store(store).document
+        return json.dumps({k: d[k] for k in ("findings", "incidents", "totals")}, sort_keys=True,
+                          default=str)
+
+    together = document()
+    monkeypatch.setattr(attribution, "_claim_together", lambda *args: False)
+    assert json.loads(together)["findings"] and document() == together
