@@ -7,6 +7,7 @@ builds the lines) and scanned; the decoys are healthy look-alikes that must stay
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -166,6 +167,22 @@ def test_a_commit_rejected_7_times_with_git_add_and_edits_between_is_one_finding
     assert all(e["note"].startswith(f"attempt {k} of 7") for k, e in enumerate(f["evidence"][:7], 1))
     # what came between is named, and none of it is claimed
     assert "9 other calls" in f["summary"] and "9 succeeded" in f["summary"]
+
+
+def test_claude_codes_description_of_a_command_does_not_make_it_another_call(tmp_path):
+    """Claude Code's Bash input carries the model's `description` of the command, written
+    afresh each time ("Commit the fix", "Retry the commit after the hook"): the commit
+    rejected 7 times is one call retried whatever the descriptions say."""
+    agent = AGENTS[0]
+    calls = session_of(agent, ISSUE_PLAN)
+    words = iter(["Commit the fix", "Retry the commit", "Commit again after the hook",
+                  "Try the commit once more", "Commit with the formatted files", "Commit",
+                  "Commit the staged changes"])
+    calls = [dataclasses.replace(c, input=c.input | {"description": next(words)})
+             if c.input.get("command") == COMMIT else c for c in calls]
+    doc, code, _ = scanned(agent, tmp_path, {agent.sessions[0]: calls})
+    assert code == 1 and [(f["detector"], f["events"]) for f in doc["findings"]] == [
+        ("repeated_error", 7)]
 
 
 @pytest.mark.parametrize("agent", BY_FORMAT)

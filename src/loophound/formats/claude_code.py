@@ -21,10 +21,11 @@ grows over the lines as the response streams). A tool's result is a `user` line 
 
 Columns:
 - `assistant` line with a `tool_use` block ⇒ kind `tool_call`: action = the tool name, args =
-  its `input` (JSON text), corr_id = the tool_use `id`, parent_id = the response's
-  `message.id`; `finish` joins the result (result = its text, first 4 KiB; ok = not
-  `is_error`; error = the first line of the text, `<tool_use_error>` tags removed;
-  latency_ms = result time − call time).
+  its `input` (JSON text; `action_key` leaves out the input's `description`, the model's
+  comment on a Bash command, which changes when the command does not), corr_id = the
+  tool_use `id`, parent_id = the response's `message.id`; `finish` joins the result
+  (result = its text, first 4 KiB; ok = not `is_error`; error = the first line of the text,
+  `<tool_use_error>` tags removed; latency_ms = result time − call time).
 - `assistant` line with `isApiErrorMessage` (Claude Code's own line for a model call that
   failed: "API Error: Request rejected (429)", model `<synthetic>`) ⇒ kind `llm_call`, ok false,
   error = its `error` and `apiErrorStatus` (`rate_limit 429`): a storm of them is a run of
@@ -62,6 +63,7 @@ from pathlib import Path
 
 import duckdb
 
+from ..normalise import key_sql
 from ._agents import (
     clip_sql,
     first_line_sql,
@@ -127,6 +129,14 @@ def _text_of(block: str) -> str:
       END"""
 
 
+# What a call does, for telling one call from another (`action_key`): its input without the
+# `description` the model writes beside a Bash command ("Commit the fix", "Retry the commit"),
+# commentary that changes between two runs of the same command.
+_CALL = ("CASE WHEN json_type(tu->'$.input') = 'OBJECT' THEN CAST(json_merge_patch("
+         "tu->'$.input', '{\"description\": null}') AS VARCHAR) "
+         "ELSE CAST(tu->'$.input' AS VARCHAR) END")
+
+
 def select_sql(ctx: FormatContext) -> str:
     usage = "r.message->'$.usage'"
     side_reply = f"CASE WHEN side THEN {sql_str(MAIN_AGENT)} ELSE 'user' END"
@@ -175,6 +185,7 @@ def select_sql(ctx: FormatContext) -> str:
       r.sessionId AS session,
       CASE WHEN k = 'tool_call' THEN tu->>'$.name' END AS action,
       CASE WHEN k = 'tool_call' THEN CAST(tu->'$.input' AS VARCHAR) END AS args,
+      CASE WHEN k = 'tool_call' THEN {key_sql("tu->>'$.name'", _CALL)} END AS action_key,
       CASE WHEN k = 'response' THEN {clip_sql('rtext')} END AS result,
       CASE WHEN k = 'response' THEN NOT failed WHEN api_error THEN false END AS ok,
       CASE WHEN k = 'response' AND failed
