@@ -74,6 +74,11 @@ def test_findings_claimed_together_or_one_by_one_are_the_same(tmp_path, monkeypa
         return json.dumps({k: d[k] for k in ("findings", "incidents", "totals")}, sort_keys=True,
                           default=str)
 
+    grouped = attribution._claim_together
+    took = []
+    monkeypatch.setattr(attribution, "_claim_together",
+                        lambda *args: took.append(grouped(*args)) or took[-1])
     together = document()
+    assert True in took, "no finding was claimed together with another"
     monkeypatch.setattr(attribution, "_claim_together", lambda *args: False)
     assert json.loads(together)["findings"] and document() == together

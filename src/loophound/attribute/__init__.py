@@ -137,9 +137,11 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
 
 # Dollars summed as decimals (to 10⁻¹² $): a float sum depends on the order of its rows, which
 # the claims' order, the plan and DuckDB's threads decide; the last digit of a cost must not.
-EXACT_COST_SUM = "CAST(sum(CAST(cost_usd AS DECIMAL(38, 12))) AS DOUBLE)"
-EXACT_OWNED_COST_SUM = ("CAST(sum(CAST(cost_usd AS DECIMAL(38, 12))) FILTER (WHERE owned) "
-                        "AS DOUBLE)")
+def exact_cost_sum(where: str = "") -> str:
+    """SQL: the sum of `cost_usd` (of the rows `where` selects) as decimals, back to DOUBLE."""
+    only = f" FILTER (WHERE {where})" if where else ""
+    return f"CAST(sum(CAST(cost_usd AS DECIMAL(38, 12))){only} AS DOUBLE)"
+
 
 # per connection: what claim_overlaps reads, worked out by attribution's pass over the claims
 _OVERLAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -154,11 +156,11 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection):
         SELECT fidx, cost_status, other, grouping(cost_status) AS by_status,
           grouping(other) AS by_other,
           count(*) FILTER (WHERE is_unit), count(*), sum(byte_length),
-          sum(coalesce(tokens, 0)), {EXACT_COST_SUM},
+          sum(coalesce(tokens, 0)), {exact_cost_sum()},
           coalesce(sum(tokens) FILTER (WHERE cost_status = 'unpriced'), 0),
           count(*) FILTER (WHERE is_owned_unit AND owned), count(*) FILTER (WHERE owned),
           coalesce(sum(byte_length) FILTER (WHERE owned), 0),
-          {EXACT_OWNED_COST_SUM},
+          {exact_cost_sum('owned')},
           arg_min(event_id, (ts, event_id), 3) FILTER (WHERE is_unit),
           arg_max(event_id, (ts, event_id)) FILTER (WHERE is_unit),
           list(DISTINCT CAST(event_id >> 32 AS INTEGER) ORDER BY 1)
@@ -270,8 +272,9 @@ def _claim_together(con: duckdb.DuckDBPyConnection, sql: str,
     """Claim the events of findings sharing one claim SQL in one statement: their
     parameters as rows of a table, the SQL run for each row as a LATERAL subquery. One query
     per finding read the store's events once per finding (50 ms each on a store of a few
-    thousand small transcripts, 20 minutes for its thousands of findings). False when DuckDB
-    cannot bind a parameter's values as one column (the caller then claims one by one)."""
+    thousand small agent transcripts: 11.5 s of an 18.5 s scan for 226 findings). False when
+    DuckDB cannot bind a parameter's values as one column or run the SQL so (the caller then
+    claims one by one; a failed statement inserts nothing)."""
     names = sorted(members[0][1].claim_params or {})
     if not names or not set(_PARAM.findall(sql)) <= set(names):
         return False
@@ -284,9 +287,13 @@ def _claim_together(con: duckdb.DuckDBPyConnection, sql: str,
     except duckdb.Error:
         return False
     inner = _PARAM.sub(lambda m: f"_claim_params.{m.group(1)}", sql)
-    con.execute(f"INSERT INTO _claims SELECT DISTINCT _claim_params._fidx, q.event_id "
-                f"FROM _claim_params, LATERAL ({inner}) q").fetchall()
-    con.execute("DROP TABLE _claim_params")
+    try:
+        con.execute(f"INSERT INTO _claims SELECT DISTINCT _claim_params._fidx, q.event_id "
+                    f"FROM _claim_params, LATERAL ({inner}) q").fetchall()
+    except duckdb.Error:
+        return False
+    finally:
+        con.execute("DROP TABLE _claim_params")
     return True
 
 
@@ -355,7 +362,7 @@ def totals(con: duckdb.DuckDBPyConnection) -> Totals:
     row = con.execute(f"""
       SELECT count(*) FILTER (WHERE list_contains($units, kind))
                - (SELECT count(*) FROM _copies JOIN _event_facts USING (event_id) WHERE fresh),
-             count(*), coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), {EXACT_COST_SUM},
+             count(*), coalesce(sum(byte_length), 0), coalesce(sum(tokens), 0), {exact_cost_sum()},
              coalesce(sum(CASE WHEN cost_status = 'unpriced' THEN tokens END), 0),
              min(ts), max(ts)
       FROM _event_facts WHERE fresh""",
