@@ -745,7 +745,9 @@ def _copy_tables(con: duckdb.DuckDBPyConnection, tables: dict[str, str | None]) 
 
 def define_message_copies(con: duckdb.DuckDBPyConnection) -> int:
     """`_copies(event_id, canon)`: every stored copy of a message after the first (sven keeps
-    one per node, with the same message id), and the event it copies. Rates, units and costs
+    one per node, with the same message id), and the event it copies; a copy is of its own
+    format (two formats' messages that happen to share an id are two messages, and a
+    format's events alone say which of its messages are copies). Rates, units and costs
     count a message once; findings still claim both copies, whose lines are the loop's.
     Returns how many copies there are. Built once per connection (rate_spike, unusual_actor
     and the cost view all need it)."""
@@ -758,7 +760,7 @@ def _build_copies(con: duckdb.DuckDBPyConnection) -> int:
         return 0
     con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
         SELECT event_id, canon FROM (
-          SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
+          SELECT event_id, min(event_id) OVER (PARTITION BY format, kind, corr_id) AS canon
           FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
         WHERE event_id <> canon""")
     return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]

@@ -114,11 +114,22 @@ class Detector:
     # work it can start before any detector runs, to go on beside them (unusual_actor starts
     # importing scikit-learn in another process): called with the connection and its params
     prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
+    # a detector with a global step (unusual_actor fits one forest over every actor's
+    # windows) is two steps, `gathered(parts, gather)` its `run`: `parts(con, params)`
+    # measures what it can in each `partition_by` group (a list of picklable measurements),
+    # `gather(con, parts, params)` judges the parts of every group together, with a
+    # connection to all events for evidence lines. The default engine runs one after the
+    # other over all events; the Spark engine runs `parts` on the executors and `gather` on
+    # the driver. `gather` must not depend on the order the parts come in
+    parts: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]] | None = None
+    gather: Callable[[duckdb.DuckDBPyConnection, list[Any], Any], list[Finding]] | None = None
 
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug
         for kind in self.reads:
             EventKind(kind)
+        if (self.parts is None) != (self.gather is None):
+            raise ValueError(f"{self.name}: `parts` and `gather` go together")
 
 
 def staged(measure: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]],
@@ -130,12 +141,32 @@ def staged(measure: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]],
     findings (in measurement order, or sorted by `order`)."""
 
     def run(con: duckdb.DuckDBPyConnection, params: Any) -> list[Finding]:
-        findings = []
-        for m in measure(con, params):
-            severity = judge(m, params)
-            if severity is not None:
-                findings.append(describe(m, severity, params))
-        return sorted(findings, key=order) if order else findings
+        return judged(measure(con, params), judge, describe, params, order)
+
+    return run
+
+
+def judged(measurements: list[Any], judge: Callable[[Any, Any], Severity | None],
+           describe: Callable[[Any, Severity, Any], Finding], params: Any,
+           order: Callable[[Finding], Any] | None = None) -> list[Finding]:
+    """The findings among `measurements`: judged, and described when they are findings (in
+    measurement order, or sorted by `order`)."""
+    findings = []
+    for m in measurements:
+        severity = judge(m, params)
+        if severity is not None:
+            findings.append(describe(m, severity, params))
+    return sorted(findings, key=order) if order else findings
+
+
+def gathered(parts: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]],
+             gather: Callable[[duckdb.DuckDBPyConnection, list[Any], Any], list[Finding]],
+             ) -> Callable[[duckdb.DuckDBPyConnection, Any], list[Finding]]:
+    """A two-step detector's `run` on one machine (see `Detector.parts`): the parts of all
+    events, gathered at once."""
+
+    def run(con: duckdb.DuckDBPyConnection, params: Any) -> list[Finding]:
+        return gather(con, parts(con, params), params)
 
     return run
 

@@ -30,10 +30,16 @@ three simple rule signals itself and says which fired in `details.corroborated_b
 rate ≥ 10× the actor's own median window and faster than 1/s). Corroborated windows are medium,
 the rest low; attribution (rank 90, the weakest) hands shared events to the rule findings.
 
-measure() cuts the windows and scores them (the numpy kernels — group medians and distinct
+Every window is scored against all the others, so this detector is two steps
+(`Detector.parts`, `gather`): `windows_of` cuts the windows of a group of events and measures
+their features, `gather` scores the windows of every group together and returns one Outlier
+per group of adjacent unusual windows, which judge() judges and describe() writes. A window's
+width and features depend on its format's events only (the busy span is a format's; a
+message stored by both parties is counted once within its format), so the groups are formats:
+the Spark engine cuts each format's windows on an executor and gathers them on the driver;
+the default engine runs both steps in turn. The numpy kernels — group medians and distinct
 counts, `feature_matrix`, `robust_z`, `loop_like`, `rule_signals`, `adjacent_groups` — are
-pure) and returns one Outlier per group of adjacent unusual windows; judge() is the rule
-above; describe() writes.
+pure.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ import numpy as np
 
 from .. import db
 from ..vocabulary import Severity
-from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
+from .base import Detector, EvidenceLine, Finding, claim_units, gathered, human_duration, judged, param
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
@@ -153,15 +159,15 @@ def _group_distinct(values: np.ndarray, gid: np.ndarray, n_groups: int) -> np.nd
     return np.bincount(g[new], minlength=n_groups).astype(float)
 
 
-def windows(con: duckdb.DuckDBPyConnection, p: Params,
-            copies: str = "") -> tuple[list[dict], dict[str, int]]:
+def windows(con: duckdb.DuckDBPyConnection, p: Params, copies: str = "") -> list[dict]:
     """Feature rows of every (actor, window) with at least `min_events` unit events, computed
     in numpy (sorting in SQL window functions is the slow part at 1 M events) from the events
-    in order, a batch at a time: what is held is one batch and a row per window."""
+    in order, a batch at a time: what is held is one batch and a row per window. In (format,
+    who, window) order, which is unique."""
     kinds = list(UNIT_KINDS)
     spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
     if not spans:
-        return [], {}
+        return []
     widths = []
     for fid, (fmt, _n, lo, q1, q99) in enumerate(spans):
         w = bucket_width_s(max((q99 - q1) / 1000.0, 1.0), p.target_windows) * 1000
@@ -178,7 +184,7 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
         prev = (piece["who"][-1], piece["act"][-1])
     con.execute("DROP TABLE _ua_widths")
     if not parts:
-        return [], {}
+        return []
     g = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
     keep = np.flatnonzero(g["n"] >= p.min_events)
     names = {}
@@ -199,8 +205,13 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params,
             v = float(g[f][i])
             row[f] = None if math.isnan(v) else v
         rows.append(row)
-    rows.sort(key=lambda r: (r["format"], r["who"], r["win"]))
-    return rows, {f: w for _i, f, w, _o in widths}
+    rows.sort(key=window_order)
+    return rows
+
+
+def window_order(w: dict) -> tuple:
+    """The windows' one order, whichever group and machine measured them."""
+    return w["format"], w["who"], w["win"]
 
 
 def _whole_groups(reader) -> Iterator[dict[str, np.ndarray]]:
@@ -358,16 +369,28 @@ class Outlier:
     first_event: tuple[str, int] | None  # the most unusual window's first line
 
 
-def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
+def windows_of(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
+    """The first step (`Detector.parts`): the windows of the events in `con`, a format's at
+    a time on the Spark engine."""
     try:
-        return _measure(con, p)
+        return windows(con, p, skip_copies(con))
+    except BaseException:
+        _FOREST.close()  # the scan fails: the forest prepared for it is not needed
+        raise
+
+
+def gather(con: duckdb.DuckDBPyConnection, parts: list[dict], p: Params) -> list[Finding]:
+    """The second step (`Detector.gather`): the windows of every format scored together;
+    `con` reads all events (the evidence lines, the sessions of an outlier)."""
+    try:
+        outliers = outliers_among(con, sorted(parts, key=window_order), p)
     finally:
         _FOREST.close()  # a forest prepared but not needed
+    return judged(outliers, judge, describe, p, order=lambda f: (f.start, f.key))
 
 
-def _measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
-    copies = skip_copies(con)
-    wins, width_of = windows(con, p, copies)
+def outliers_among(con: duckdb.DuckDBPyConnection, wins: list[dict], p: Params) -> list[Outlier]:
+    """The groups of adjacent unusual windows among `wins` (in `window_order`)."""
     if len(wins) < p.min_windows or len({(w["format"], w["who"]) for w in wins}) < p.min_actors:
         return []
     X = feature_matrix(wins)
@@ -388,7 +411,7 @@ def _measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Outlier]:
     for w in wins:
         rates.setdefault((w["format"], w["who"]), []).append(w["rate_per_min"])
     own_rate = {k: float(np.median(v)) for k, v in rates.items()}
-    return [_outlier(con, wins, g, scores, X, z, med, own_rate, width_of, p)
+    return [_outlier(con, wins, g, scores, X, z, med, own_rate, p)
             for g in adjacent_groups(wins, flagged)]
 
 
@@ -477,7 +500,7 @@ def anomaly_scores(X: np.ndarray, p: Params) -> np.ndarray:
     return -forest.score_samples(X)
 
 
-def _outlier(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate, width_of,
+def _outlier(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate,
              p: Params) -> Outlier:
     ws = [wins[i] for i in group]
     best = max(group, key=lambda i: (scores[i], -i))
@@ -500,7 +523,7 @@ def _outlier(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own
                         [top["first_event"]]).fetchall()
     return Outlier(
         fmt=fmt, who=who, scope=scope, key=key_value, actor=top["actor"], start=start, stop=stop,
-        windows=len(ws), events=sum(w["n"] for w in ws), window_s=width_of[fmt] / 1000,
+        windows=len(ws), events=sum(w["n"] for w in ws), window_s=top["width_ms"] / 1000,
         score=float(scores[best]), scores=[float(scores[i]) for i in group],
         windows_scored=len(wins), top_start=top["start"], top_events=top["n"],
         features={f: top[f] for f in FEATURES}, median_window=median, z_scores=zs,
@@ -584,7 +607,9 @@ DETECTOR = Detector(
     description="an actor whose behaviour in a time window is unlike the rest of the log "
                 "(IsolationForest; at most medium)",
     params=Params,
-    run=staged(measure, judge, describe, order=lambda f: (f.start, f.key)),
+    run=gathered(windows_of, gather),
+    parts=windows_of,
+    gather=gather,
     rank=90,
     max_severity="medium",
     prepare=prepare,
