@@ -435,4 +435,6 @@ DETECTOR = Detector(
     reads=("message", "room_post", "record", "trigger", "session_start", "session_end"),
     needs=(("ts",), ("depth",)),
     shape="pair",
+    # ping_pong's hops and episodes (see there), and trigger_cycle's lineages (see there)
+    partition_by=("format",),
 )

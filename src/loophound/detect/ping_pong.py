@@ -409,4 +409,10 @@ DETECTOR = Detector(
     reads=("message", "room_post", "record"),
     needs=(("ts",), ("actor",), ("target",)),
     shape="pair",
+    # hops relate through a sven node's two names (the two records of one message id, a
+    # format's own), a room's previous post and an episode's (channel, unordered pair): a
+    # format's events hold them as long as no two formats name the same pair on the same
+    # channel (docs/scale-out.md: what the default engine does then; nothing finer is exact:
+    # by session a conversation split across sessions gives a finding too many)
+    partition_by=("format",),
 )

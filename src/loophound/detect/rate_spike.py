@@ -740,4 +740,9 @@ DETECTOR = Detector(
     rank=60,
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor", "session", "target")),
+    # exact: a format's events alone decide its bucket width (percentiles of its own busy
+    # span), its series (session, actor and whole-format, each within `e.format`), their
+    # baselines, the service's own waits and guard errors (each read `AND e.format =
+    # $format`), and which of its messages are a copy of another (`_copies` is per format)
+    partition_by=("format",),
 )

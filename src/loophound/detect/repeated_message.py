@@ -359,4 +359,8 @@ DETECTOR = Detector(
     rank=35,
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor",)),
+    # a conversation is ping_pong's pair (see there), a session or a room, and a monologue
+    # ends where its sender acts: a format's events hold them as long as no two formats name
+    # the same sender (docs/scale-out.md)
+    partition_by=("format",),
 )

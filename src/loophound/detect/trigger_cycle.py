@@ -348,4 +348,8 @@ DETECTOR = Detector(
     reads=("trigger", "session_start", "session_end"),
     needs=(("ts",), ("actor",), ("target",)),
     shape="cycle",
+    # a lineage chains a trigger to the session its completion id started, or to the latest
+    # trigger into its source: a format's events hold it as long as no two formats name the
+    # same agents or completions (the hook dispatcher's log is one format; docs/scale-out.md)
+    partition_by=("format",),
 )

@@ -610,6 +610,8 @@ DETECTOR = Detector(
     run=gathered(windows_of, gather),
     parts=windows_of,
     gather=gather,
+    # a window's width and features are its format's events' (see the module's docstring)
+    partition_by=("format",),
     rank=90,
     max_severity="medium",
     prepare=prepare,

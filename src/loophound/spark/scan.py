@@ -10,9 +10,11 @@ views over it, where the ordinary `run_detectors` runs the group's detectors. Th
 come back to the driver, which attributes them, groups incidents and saves the run exactly
 as the default engine does (`scan_store`, with this runner).
 
-A detector without a declaration needs all events at once (unusual_actor compares every
-actor with the others): the engine refuses to run it rather than run it somewhere else. The
-attribution still runs on the driver, in DuckDB over the store's files.
+A detector with a global step (unusual_actor scores every actor's windows against all the
+others) is two steps (`Detector.parts`, `gather`): its parts are measured on the executors,
+group by group, and gathered on the driver, which judges them with a connection to the
+store for the evidence lines. The attribution runs on the driver, in DuckDB over the store's
+files.
 """
 
 from __future__ import annotations
@@ -30,28 +32,27 @@ from ..attribute.costs import CostModel
 from ..detect import DETECTORS, Finding, run_detectors
 from ..scan import ScanResult, scan_store
 from ..schema import COLUMNS
-from ..store import DERIVED_VIEWS, Store
+from ..store import DERIVED_VIEWS, Store, event_kinds
 from . import EngineUnavailable
 
 
-def on_spark(only: list[str] | None = None) -> dict[tuple[str, ...], list[str]]:
-    """The detectors to run (all, or `only`), by the columns their events are grouped by;
-    raises `EngineUnavailable` naming those that cannot run on Spark yet."""
-    names = [n for n in DETECTORS if not only or n in only]
+def on_spark(only: list[str] | None = None,
+             present: set[str] | None = None) -> dict[tuple[str, ...], list[str]]:
+    """The detectors to run (all, or `only`; of those, the ones that read a kind in
+    `present`, when given, as `run_detectors` picks them), by the columns their events are
+    grouped by; raises `EngineUnavailable` for a name that is not a detector's."""
     unknown = sorted(set(only or ()) - set(DETECTORS))
     if unknown:
         raise EngineUnavailable(f"no detector named {', '.join(unknown)}; detectors: "
                                 f"{', '.join(DETECTORS)}")
-    whole = [n for n in names if not DETECTORS[n].partition_by]
-    if whole:
-        ready = [n for n in DETECTORS if DETECTORS[n].partition_by]
-        raise EngineUnavailable(
-            f"--engine spark cannot run {', '.join(whole)} yet (they read all events at once, "
-            f"not groups of them); it runs {', '.join(ready)}: pass --only "
-            f"{','.join(ready)}, or scan without --engine spark")
     by_key: dict[tuple[str, ...], list[str]] = {}
-    for n in names:
-        by_key.setdefault(DETECTORS[n].partition_by, []).append(n)
+    for n, d in DETECTORS.items():
+        if (only and n not in only) or (present is not None and d.reads
+                                        and not present.intersection(d.reads)):
+            continue
+        if not d.partition_by:  # a bug in the detector's declaration, not the user's
+            raise ValueError(f"detector {n} declares no partition_by")
+        by_key.setdefault(d.partition_by, []).append(n)
     return by_key
 
 
@@ -120,14 +121,25 @@ def group_connection(group: pa.Table, inputs: pa.Table) -> duckdb.DuckDBPyConnec
 
 
 def _group_task(names: list[str], params: dict, inputs: pa.Table):
-    """The function each group runs (`applyInArrow`): the ordinary detectors over it."""
+    """The function each group runs (`applyInArrow`): the ordinary detectors over it, and the
+    first step of the two-step ones; a row per finding, or per part, with its detector."""
+    whole = [n for n in names if DETECTORS[n].gather is None]
+    two_step = [n for n in names if DETECTORS[n].gather is not None]
+
     def run(group: pa.Table) -> pa.Table:
         con = group_connection(group, inputs)
         try:
-            found = run_detectors(con, params, names)
+            found = run_detectors(con, params, whole) if whole else []
+            present = event_kinds(con)
+            parts = [(n, part) for n in two_step if present.intersection(DETECTORS[n].reads)
+                     or not DETECTORS[n].reads for part in DETECTORS[n].parts(con, params[n])]
         finally:
             con.close()
-        return pa.table({"finding": pa.array([pickle.dumps(f) for f in found], pa.binary())})
+        rows = [(f.detector, pickle.dumps(f)) for f in found] + [
+            (n, pickle.dumps(part)) for n, part in parts]
+        return pa.table({"detector": pa.array([r[0] for r in rows], pa.string()),
+                         "part": pa.array([n in two_step for n, _ in rows], pa.bool_()),
+                         "item": pa.array([r[1] for r in rows], pa.binary())})
     return run
 
 
@@ -147,17 +159,33 @@ class SparkDetectors:
 
     def __call__(self, con: duckdb.DuckDBPyConnection, params: dict,
                  only: list[str] | None) -> list[Finding]:
+        """The findings of the detectors (all, or `only`) over the store: each detector's
+        groups on the executors; the two-step ones' parts gathered here, where `con` reads
+        the store's events."""
         events = events_frame(self.spark, self.store)
         if events is None:
             return []
+        by_key = on_spark(only, event_kinds(con))
+        two_step = [n for names in by_key.values() for n in names if DETECTORS[n].gather]
+        for n in two_step:  # started now, it goes on beside the Spark jobs
+            if DETECTORS[n].prepare is not None:
+                DETECTORS[n].prepare(con, params[n])
         inputs = con.sql("SELECT * FROM inputs").to_arrow_table()
         found: list[Finding] = []
-        for key, names in on_spark(only).items():
+        parts: dict[str, list[Any]] = {n: [] for n in two_step}
+        for key, names in by_key.items():
             rows = (grouped(events, key)
                     .applyInArrow(_group_task(names, {n: params[n] for n in names}, inputs),
-                                  "finding binary")
+                                  "detector string, part boolean, item binary")
                     .collect())
-            found += [pickle.loads(r["finding"]) for r in rows]
+            for r in rows:
+                item = pickle.loads(r["item"])
+                if r["part"]:
+                    parts[r["detector"]].append(item)
+                else:
+                    found.append(item)
+        for n in two_step:
+            found += DETECTORS[n].gather(con, parts[n], params[n])
         return order(found)
 
 
@@ -166,7 +194,7 @@ def scan_on_spark(spark: Any, store: Store, config_file: Path | None = None,
                   only: list[str] | None = None, save_to: Path | None = None) -> ScanResult:
     """`loophound scan --engine spark`: a full scan whose detectors run on Spark; the run is
     saved as the default engine saves it (in the store, or `save_to`)."""
-    on_spark(only)  # what cannot run is said before anything is read
+    on_spark(only)  # a name that is no detector's is said before anything is read
     detect = SparkDetectors(spark, store)
     if store.read_only or save_to is not None:  # nothing is written in the store: no lock
         return scan_store(store, config_file, overrides, costs, only=only, save_to=save_to,
