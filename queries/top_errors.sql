@@ -18,20 +18,41 @@ attempts AS (
                  'repair_attempt', 'record', 'connection', 'config', 'trigger', 'audit',
                  'tool_call')
     AND event_id NOT IN (SELECT event_id FROM copies)
+),
+-- the attempts counted by what the figures below tell apart: a few rows per error, which
+-- the distinct counts and the most frequent values read instead of every attempt
+grouped AS MATERIALIZED (
+  SELECT error, actor, session, action, file, count(*) AS n, min(ts) AS first_ts,
+         max(ts) AS last_ts
+  FROM attempts WHERE $file IS NULL OR file = $file GROUP BY ALL
+),
+-- top_*: the most frequent value; ties go to the first in sort order
+tops AS (
+  SELECT error,
+    list_sort(list({'n': -n, 'v': v}) FILTER (WHERE which = 'a'))[1].v AS top_actor,
+    list_sort(list({'n': -n, 'v': v}) FILTER (WHERE which = 's'))[1].v AS top_session,
+    list_sort(list({'n': -n, 'v': v}) FILTER (WHERE which = 'c'))[1].v AS top_action
+  FROM (SELECT error, 'a' AS which, actor AS v, sum(n)::BIGINT AS n FROM grouped
+        WHERE actor IS NOT NULL GROUP BY ALL
+        UNION ALL
+        SELECT error, 's', session, sum(n)::BIGINT FROM grouped
+        WHERE session IS NOT NULL GROUP BY ALL
+        UNION ALL
+        SELECT error, 'c', action, sum(n)::BIGINT FROM grouped
+        WHERE action IS NOT NULL GROUP BY ALL)
+  GROUP BY error
 )
-SELECT error,
-       count(*) AS attempts,
+SELECT g.error,
+       sum(n)::BIGINT AS attempts,
        count(DISTINCT actor) AS actors,
        count(DISTINCT session) AS sessions,
-       -- top_*: the most frequent value; ties go to the first in sort order
-       list_sort([{'n': -e.value::BIGINT, 'v': e.key} for e in map_entries(histogram(actor))])[1].v AS top_actor,
-       list_sort([{'n': -e.value::BIGINT, 'v': e.key} for e in map_entries(histogram(session))])[1].v AS top_session,
-       list_sort([{'n': -e.value::BIGINT, 'v': e.key} for e in map_entries(histogram(action))])[1].v AS top_action,
-       min(ts) AS first_ts,
-       max(ts) AS last_ts,
+       any_value(t.top_actor) AS top_actor,
+       any_value(t.top_session) AS top_session,
+       any_value(t.top_action) AS top_action,
+       min(first_ts) AS first_ts,
+       max(last_ts) AS last_ts,
        count(DISTINCT file) AS files
-FROM attempts
-WHERE $file IS NULL OR file = $file
-GROUP BY error
+FROM grouped g LEFT JOIN tops t ON g.error IS NOT DISTINCT FROM t.error
+GROUP BY g.error
 ORDER BY attempts DESC, error
 LIMIT $limit

@@ -24,24 +24,44 @@ lines AS (
   LEFT JOIN copies cp USING (event_id)
   LEFT JOIN event_costs c USING (event_id)
   WHERE ($file IS NULL OR e.file = $file) AND (e.actor IS NOT NULL OR $no_actor)
+),
+-- the lines counted by what the figures below tell apart (target, session, kind, format, an
+-- action or not, failed or not): a few rows per actor, which the distinct counts and the
+-- most frequent values read instead of every line
+grouped AS MATERIALIZED (
+  SELECT actor, target, session, kind, format, act, failed, count(*) AS n,
+         min(ts) AS first_ts, max(ts) AS last_ts, sum(byte_length) AS bytes,
+         sum(tokens) AS tokens, sum(cost_usd) AS cost_usd
+  FROM lines GROUP BY ALL
+),
+-- top_*: the most frequent value; ties go to the first in sort order
+tops AS (
+  SELECT actor,
+    list_sort(list({'n': -n, 'v': target}) FILTER (WHERE which = 't'))[1].v AS top_target,
+    list_sort(list({'n': -n, 'v': kind}) FILTER (WHERE which = 'k'))[1].v AS top_kind
+  FROM (SELECT actor, 't' AS which, target, NULL AS kind, sum(n)::BIGINT AS n FROM grouped
+        WHERE act AND target IS NOT NULL GROUP BY ALL
+        UNION ALL
+        SELECT actor, 'k', NULL, kind, sum(n)::BIGINT FROM grouped
+        WHERE act AND kind IS NOT NULL GROUP BY ALL)
+  GROUP BY actor
 )
-SELECT actor,
-       count(*) FILTER (WHERE act) AS events,
-       count(*) FILTER (WHERE act AND failed) AS errors,
+SELECT g.actor,
+       coalesce(sum(n) FILTER (WHERE act), 0)::BIGINT AS events,
+       coalesce(sum(n) FILTER (WHERE act AND failed), 0)::BIGINT AS errors,
        count(DISTINCT target) FILTER (WHERE act) AS targets,
        count(DISTINCT session) FILTER (WHERE act) AS sessions,
-       -- top_*: the most frequent value; ties go to the first in sort order
-       list_sort([{'n': -e.value::BIGINT, 'v': e.key} for e in map_entries(histogram(target) FILTER (WHERE act))])[1].v AS top_target,
-       list_sort([{'n': -e.value::BIGINT, 'v': e.key} for e in map_entries(histogram(kind) FILTER (WHERE act))])[1].v AS top_kind,
-       min(ts) FILTER (WHERE act) AS first_ts,
-       max(ts) FILTER (WHERE act) AS last_ts,
-       round(count(*) FILTER (WHERE act) / greatest(epoch(max(ts) FILTER (WHERE act))
-             - epoch(min(ts) FILTER (WHERE act)), 60) * 60, 2) AS per_minute,
+       any_value(t.top_target) AS top_target,
+       any_value(t.top_kind) AS top_kind,
+       min(first_ts) FILTER (WHERE act) AS first_ts,
+       max(last_ts) FILTER (WHERE act) AS last_ts,
+       round(coalesce(sum(n) FILTER (WHERE act), 0) / greatest(epoch(max(last_ts) FILTER (WHERE act))
+             - epoch(min(first_ts) FILTER (WHERE act)), 60) * 60, 2) AS per_minute,
        string_agg(DISTINCT format, ',' ORDER BY format) FILTER (WHERE act) AS formats,
-       coalesce(sum(byte_length), 0) AS bytes,
-       coalesce(sum(tokens), 0) AS tokens,
-       round(sum(cost_usd), 6) AS cost_usd
-FROM lines
-GROUP BY actor
+       coalesce(sum(bytes), 0) AS bytes,
+       coalesce(sum(g.tokens), 0) AS tokens,
+       round(sum(g.cost_usd), 6) AS cost_usd
+FROM grouped g LEFT JOIN tops t ON g.actor IS NOT DISTINCT FROM t.actor
+GROUP BY g.actor
 ORDER BY events DESC, bytes DESC, actor NULLS LAST
 LIMIT $limit

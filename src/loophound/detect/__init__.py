@@ -94,10 +94,13 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
     for name in names:
         if DETECTORS[name].prepare is not None:
             DETECTORS[name].prepare(con, params[name])
-    findings: list[Finding] = []
-    for name in names:
-        findings.extend(DETECTORS[name].run(con, params[name]))
-    return findings
+    # what a detector prepared (unusual_actor's forest, in a process importing scikit-learn)
+    # gets ready while the others run: those that prepared run last, and the findings come
+    # out in the registry's order all the same
+    found: dict[str, list[Finding]] = {}
+    for name in sorted(names, key=lambda n: DETECTORS[n].prepare is not None):
+        found[name] = list(DETECTORS[name].run(con, params[name]))
+    return [f for name in names for f in found[name]]
 
 
 __all__ = ["DETECTORS", "ConfigError", "Detector", "Finding", "run_detectors", "settings"]
