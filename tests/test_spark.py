@@ -191,3 +191,69 @@ def test_the_command_line_ingests_and_scans_on_spark(spark, tmp_path):
     for d in (doc, expected):
         d.pop("generated_at", None)
     assert doc["findings"] and doc == expected
+
+
+def _found(events, inputs, names: list[str]) -> list[tuple]:
+    """What `names` find over `events` alone, as comparable tuples (the way an executor
+    runs them: `group_connection`)."""
+    from loophound.detect import run_detectors, settings
+    from loophound.spark.scan import group_connection
+
+    con = group_connection(events, inputs)
+    try:
+        return sorted((f.id, f.severity, str(f.start), str(f.end), f.title, f.summary,
+                       json.dumps(f.claim_params, default=str), f.claim_sql)
+                      for f in run_detectors(con, settings(), names))
+    finally:
+        con.close()
+
+
+def test_formats_a_detector_ties_by_name_are_one_group(tmp_path):
+    """A detector grouped by format relates events by names and ids no format owns: every
+    other line of sven's logs read as another format names the same peers. The formats its
+    `links` tie are one group, and the groups then find what all events find; grouped by
+    plain format, ping_pong finds otherwise (what makes the ties needed)."""
+    import pyarrow.compute as pc
+
+    from loophound.spark.scan import group_connection, tied_formats
+
+    store = Store(tmp_path / "store")
+    ingest([str(ROOT / "sample_logs" / "sven"), str(ROOT / "sample_logs" / "codex")], store)
+    con = store.connect()
+    events = con.sql("SELECT * REPLACE (CASE WHEN format = 'sven' AND line % 2 = 0 "
+                     "THEN 'generic' ELSE format END AS format) FROM events").to_arrow_table()
+    inputs = con.sql("SELECT * FROM inputs").to_arrow_table()
+    con.close()
+    whole = group_connection(events, inputs)
+    linked = [n for n, d in DETECTORS.items() if d.links]
+    ties = {n: tied_formats(whole, DETECTORS[n].links) for n in linked}
+    whole.close()
+    assert ties["ping_pong"] == {"sven": "generic"} and ties["trigger_cycle"] == {}
+
+    def by_group(name: str, tied: dict[str, str]) -> list[tuple]:
+        label = [tied.get(f, f) for f in events["format"].to_pylist()]
+        return sorted(x for g in sorted(set(label))
+                      for x in _found(events.filter(pc.equal(label, g)), inputs, [name]))
+
+    for name in linked:
+        assert by_group(name, ties[name]) == _found(events, inputs, [name]), name
+    expected = _found(events, inputs, ["ping_pong"])
+    assert expected and by_group("ping_pong", {}) != expected
+
+
+def test_tied_formats_are_one_group_on_spark(spark):
+    """`grouped` puts a tied format's events in the group of the format it is tied to, and a
+    line that answers another in the group of the line it answers."""
+    import pyarrow as pa
+
+    from loophound.spark.scan import grouped
+
+    events = spark.createDataFrame([(1, "a", None), (2, "b", None), (3, "c", None), (4, "c", 1)],
+                                   "event_id long, format string, answers long")
+
+    def formats(group: pa.Table) -> pa.Table:
+        ids = sorted(group["event_id"].to_pylist())
+        return pa.table({"ids": [",".join(map(str, ids))]})
+
+    got = grouped(events, ("format",), {"b": "a"}).applyInArrow(formats, "ids string").collect()
+    assert sorted(r["ids"] for r in got) == ["1,2,4", "3"]

@@ -111,6 +111,12 @@ class Detector:
     # it needs all events at once and runs on one machine only. A coarser grouping is
     # always as exact; tests/test_spark.py checks the findings are the same
     partition_by: tuple[str, ...] = ()
+    # with partition_by ("format",), for a detector that relates events by names and ids a
+    # format does not own (an actor named in two formats' logs is one actor to it): SQL over
+    # the views giving (format, link) rows, every value through which it relates two events.
+    # Formats that share a link (directly or through others) are one group on the Spark
+    # engine, so the grouping stays exact whatever the logs name
+    links: str = ""
     # work it can start before any detector runs, to go on beside them (unusual_actor starts
     # importing scikit-learn in another process): called with the connection and its params
     prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
@@ -130,6 +136,8 @@ class Detector:
             EventKind(kind)
         if (self.parts is None) != (self.gather is None):
             raise ValueError(f"{self.name}: `parts` and `gather` go together")
+        if self.links and self.partition_by != ("format",):
+            raise ValueError(f"{self.name}: `links` ties formats: partition_by is ('format',)")
 
 
 def staged(measure: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]],

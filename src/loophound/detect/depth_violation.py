@@ -34,8 +34,10 @@ import duckdb
 from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, param, staged
 from .lineage import CLAIM as LINEAGE_CLAIM
+from .lineage import LINKS_SQL as LINEAGE_LINKS
 from .lineage import Lineage, load_lineage
 from .messages import HOPS_CTE, MESSAGE_KINDS, SVEN, UNIT_KINDS, Spot, aliases_of, display
+from .messages import LINKS_SQL as MESSAGE_LINKS
 
 
 @dataclass
@@ -435,6 +437,7 @@ DETECTOR = Detector(
     reads=("message", "room_post", "record", "trigger", "session_start", "session_end"),
     needs=(("ts",), ("depth",)),
     shape="pair",
-    # ping_pong's hops and episodes (see there), and trigger_cycle's lineages (see there)
+    # ping_pong's hops and episodes, and trigger_cycle's lineages (see there)
     partition_by=("format",),
+    links=MESSAGE_LINKS + "UNION ALL" + LINEAGE_LINKS,
 )

@@ -43,6 +43,19 @@ WHERE session IS NOT NULL AND kind IN ('session_start', 'session_end') AND ts IS
 GROUP BY session
 """
 
+# Detector.links of what reads lineages: the agents, sessions and completion ids by which
+# hops and sessions are chained
+LINKS_SQL = """
+SELECT format, 'agent' || chr(31) || agent
+FROM (SELECT format, unnest([actor, target]) AS agent FROM triggers) WHERE agent IS NOT NULL
+UNION ALL
+SELECT format, 'session' || chr(31) || session FROM triggers WHERE session IS NOT NULL
+UNION ALL
+SELECT format, 'completion' || chr(31) || completion
+FROM (SELECT format, unnest([corr_id, parent_id]) AS completion FROM triggers)
+WHERE completion IS NOT NULL
+"""
+
 CLAIM = """
 SELECT event_id FROM triggers
 WHERE session IN (SELECT unnest(CAST($sessions AS VARCHAR[])))

@@ -122,6 +122,32 @@ JOIN events e2 ON e2.corr_id = e1.corr_id AND e2.kind = e1.kind
 WHERE e1.kind IN ('message', 'room_post') AND e1.corr_id IS NOT NULL
 """
 
+# Detector.links of what reads HOPS_CTE: the values by which it relates messages of two
+# formats: a sven message id (a node's two names), a name a format with directions may alias,
+# a (channel, unordered pair) and a room. Separated by \x1f, which names do not hold.
+LINKS_SQL = """
+WITH said AS (
+  SELECT format, kind, actor, target, channel, corr_id,
+         """ + extra_key_sql("direction_key") + """ AS direction
+  FROM events WHERE kind IN ('message', 'record', 'room_post')
+), names AS (
+  SELECT DISTINCT format, name FROM (SELECT format, unnest([actor, target]) AS name FROM said)
+  WHERE name IS NOT NULL
+), aliased AS (
+  SELECT DISTINCT name FROM names
+  WHERE format IN (SELECT format FROM said WHERE direction IS NOT NULL)
+)
+SELECT format, 'id' || chr(31) || corr_id FROM said WHERE kind = 'message' AND corr_id IS NOT NULL
+UNION ALL
+SELECT format, 'name' || chr(31) || name FROM names WHERE name IN (SELECT name FROM aliased)
+UNION ALL
+SELECT format, concat_ws(chr(31), 'pair', coalesce(channel, kind), least(actor, target),
+                         greatest(actor, target))
+FROM said WHERE kind IN ('message', 'record') AND actor IS NOT NULL AND target IS NOT NULL
+UNION ALL
+SELECT format, 'room' || chr(31) || coalesce(channel, target) FROM said WHERE kind = 'room_post'
+"""
+
 ALIAS_NAMES_SQL = "WITH " + ALIASES_CTE + """
 SELECT canon, list(DISTINCT name ORDER BY name) FROM aliases GROUP BY canon"""
 

@@ -43,6 +43,7 @@ from .base import Detector, Finding, human_duration, param, staged
 from .messages import (
     CLAIM_WITH_COPIES,
     HOPS_CTE,
+    LINKS_SQL,
     MESSAGE_KINDS,
     SVEN,
     UNIT_KINDS,
@@ -409,10 +410,11 @@ DETECTOR = Detector(
     reads=("message", "room_post", "record"),
     needs=(("ts",), ("actor",), ("target",)),
     shape="pair",
-    # hops relate through a sven node's two names (the two records of one message id, a
-    # format's own), a room's previous post and an episode's (channel, unordered pair): a
-    # format's events hold them as long as no two formats name the same pair on the same
-    # channel (docs/scale-out.md: what the default engine does then; nothing finer is exact:
-    # by session a conversation split across sessions gives a finding too many)
+    # hops relate through a sven node's two names (the two records of one message id), a
+    # room's previous post and an episode's (channel, unordered pair): a format's events
+    # hold them, unless two formats name the same ones, whose formats are then one group
+    # (`links`); nothing finer is exact (by session, a conversation that goes on in another
+    # session would be cut in two)
     partition_by=("format",),
+    links=LINKS_SQL,
 )

@@ -40,6 +40,7 @@ from ..vocabulary import Severity
 from .actions import ACTION_KINDS, GUARDS, Pace, clip, ts
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
 from .messages import CLAIM_WITH_COPIES, HOPS_CTE, MESSAGE_KINDS, aliases_of, display
+from .messages import LINKS_SQL as HOP_LINKS
 from .profiles import extra_key_sql
 
 UNIT_KINDS = ("message", "room_post")
@@ -91,6 +92,21 @@ ACTED = """
 SELECT actor, session, epoch_ms(ts) AS t FROM events
 WHERE list_contains($kinds, kind) AND ts IS NOT NULL
   AND list_contains($actors, actor) ORDER BY actor, session, t
+"""
+
+# Detector.links: ping_pong's (a message's sender and receiver), a conversation that is a
+# session or an unordered pair, and a sender's actions in a session, which end its monologues
+LINKS_SQL = HOP_LINKS + """
+UNION ALL
+SELECT format, 'conversation' || chr(31) || session
+FROM events WHERE kind IN ('message', 'room_post') AND session IS NOT NULL
+UNION ALL
+SELECT format, concat_ws(chr(31), 'talk', least(actor, target), greatest(actor, target))
+FROM events WHERE kind = 'message' AND actor IS NOT NULL AND target IS NOT NULL
+UNION ALL
+SELECT format, concat_ws(chr(31), 'acts', actor, coalesce(session, ''))
+FROM events WHERE list_contains(['message', 'room_post', """ + ", ".join(
+    f"'{k}'" for k in ACTION_KINDS) + """], kind) AND actor IS NOT NULL
 """
 
 FIRST = "SELECT event_id, file, line, {text} AS body FROM events e WHERE list_contains($ids, event_id)"
@@ -360,7 +376,8 @@ DETECTOR = Detector(
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor",)),
     # a conversation is ping_pong's pair (see there), a session or a room, and a monologue
-    # ends where its sender acts: a format's events hold them as long as no two formats name
-    # the same sender (docs/scale-out.md)
+    # ends where its sender acts: a format's events hold them, unless two formats name the
+    # same ones, whose formats are then one group (`links`)
     partition_by=("format",),
+    links=LINKS_SQL,
 )

@@ -37,7 +37,7 @@ import duckdb
 
 from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
-from .lineage import CLAIM, Lineage, load_lineage
+from .lineage import CLAIM, LINKS_SQL, Lineage, load_lineage
 
 
 @dataclass
@@ -349,7 +349,8 @@ DETECTOR = Detector(
     needs=(("ts",), ("actor",), ("target",)),
     shape="cycle",
     # a lineage chains a trigger to the session its completion id started, or to the latest
-    # trigger into its source: a format's events hold it as long as no two formats name the
-    # same agents or completions (the hook dispatcher's log is one format; docs/scale-out.md)
+    # trigger into its source: a format's events hold it, unless two formats name the same
+    # agents, sessions or completions, whose formats are then one group (`links`)
     partition_by=("format",),
+    links=LINKS_SQL,
 )

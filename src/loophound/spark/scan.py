@@ -81,18 +81,44 @@ def events_frame(spark: Any, store: Store) -> Any | None:
     return events
 
 
-def grouped(events: Any, key: tuple[str, ...]) -> Any:
+def grouped(events: Any, key: tuple[str, ...], tied: dict[str, str] | None = None) -> Any:
     """`events` grouped by the columns `key`, where a line that answers another (a response,
     `answers`) goes with the line it answers: the derived `requests` view joins the two, and
-    a response does not always carry its request's session."""
+    a response does not always carry its request's session. `tied`: formats that go in
+    another format's group (`tied_formats`)."""
     from pyspark.sql import functions as F
 
     asked = events.select(F.col("event_id").alias("_q_id"),
                           *(F.col(c).alias(f"_q_{c}") for c in key))
     joined = events.join(asked, events["answers"] == asked["_q_id"], "left")
-    parts = [F.when(F.col("_q_id").isNotNull(), F.col(f"_q_{c}")).otherwise(F.col(c))
-             .alias(f"_part_{c}") for c in key]
+    parts = []
+    for c in key:
+        part = F.when(F.col("_q_id").isNotNull(), F.col(f"_q_{c}")).otherwise(F.col(c))
+        if c == "format" and tied:
+            to = F.create_map(*(F.lit(x) for pair in sorted(tied.items()) for x in pair))
+            part = F.coalesce(to[part], part)
+        parts.append(part.alias(f"_part_{c}"))
     return joined.groupBy(*parts)
+
+
+def tied_formats(con: duckdb.DuckDBPyConnection, links: str) -> dict[str, str]:
+    """The formats that share a link (`Detector.links`) with another, directly or through
+    others, each → the first by name of the formats so tied (whose group they join)."""
+    shared = con.execute(f"""SELECT list(DISTINCT format ORDER BY format)
+        FROM ({links}) AS l(format, link) WHERE link IS NOT NULL
+        GROUP BY link HAVING count(DISTINCT format) > 1""").fetchall()
+    first: dict[str, str] = {}
+
+    def root(f: str) -> str:
+        while first.get(f, f) != f:
+            f = first[f]
+        return f
+
+    for (formats,) in shared:
+        roots = sorted({root(f) for f in formats})
+        for r in roots[1:]:
+            first[r] = roots[0]
+    return {f: root(f) for f in first}
 
 
 def literal_path(path: str) -> str:
@@ -167,14 +193,19 @@ class SparkDetectors:
             return []
         by_key = on_spark(only, event_kinds(con))
         two_step = [n for names in by_key.values() for n in names if DETECTORS[n].gather]
+        plan: dict[tuple, list[str]] = {}  # (columns, tied formats) → detectors
+        for key, names in by_key.items():
+            for n in names:
+                tied = tied_formats(con, DETECTORS[n].links) if DETECTORS[n].links else {}
+                plan.setdefault((key, tuple(sorted(tied.items()))), []).append(n)
         for n in two_step:  # started now, it goes on beside the Spark jobs
             if DETECTORS[n].prepare is not None:
                 DETECTORS[n].prepare(con, params[n])
         inputs = con.sql("SELECT * FROM inputs").to_arrow_table()
         found: list[Finding] = []
         parts: dict[str, list[Any]] = {n: [] for n in two_step}
-        for key, names in by_key.items():
-            rows = (grouped(events, key)
+        for (key, tied), names in plan.items():
+            rows = (grouped(events, key, dict(tied))
                     .applyInArrow(_group_task(names, {n: params[n] for n in names}, inputs),
                                   "detector string, part boolean, item binary")
                     .collect())
