@@ -99,10 +99,12 @@ def _write_files(con: duckdb.DuckDBPyConnection, folder: Path, number: int, doc:
                 f"TO {db.sql_literal(str(folder / files['skipped']))} (FORMAT parquet)")
     if full:
         # every event that is owned or costs something: the owner, and the price it was given
+        # (attribution's `_event_facts` has both, and `owner` and `event_costs` are its rows
+        # with one or the other)
         con.execute(f"""COPY (
-            SELECT coalesce(o.event_id, c.event_id) AS event_id, o.finding_id AS owner,
-                   c.cost_usd, c.cost_status, c.tokens
-            FROM owner o FULL JOIN event_costs c USING (event_id) ORDER BY event_id)
+            SELECT e.event_id, x.finding_id AS owner, e.cost_usd, e.cost_status, e.tokens
+            FROM _event_facts e LEFT JOIN _findx x USING (fidx)
+            WHERE e.fidx IS NOT NULL OR e.cost_status IS NOT NULL ORDER BY event_id)
             TO {db.sql_literal(str(folder / files['attribution']))} (FORMAT parquet)""")
     run = {"schema": RUN_SCHEMA, "number": number, "full": full,
            "batches_seen": batches_seen, "files": files,

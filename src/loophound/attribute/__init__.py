@@ -19,7 +19,7 @@ import duckdb
 
 from .. import db
 from ..store import define_message_copies
-from .costs import CostModel, define_cost_view, load_cost_model
+from .costs import CostModel, load_cost_model, price_events
 
 if TYPE_CHECKING:  # the detectors (numpy) load when findings are attributed, not when the SQL
     from ..detect import Finding  # sandbox imports `attribute.costs` for its cost view
@@ -87,18 +87,24 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     if continuing is not None:
         _keep_unseen(con, continuing, for_report)
         source, fresh = "_scope", "e.fresh"
-    define_cost_view(con, costs or load_cost_model(), source)
+    # one pass over the events: each with its owner and its price; `event_costs` is then the
+    # priced ones (a second pass over the events, and a join of every event to its price,
+    # cost a fifth of the whole again)
+    priced, price_joins = price_events(con, costs or load_cost_model(), source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _event_facts AS
         SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts, e.kind,
-               {who} e.byte_length, ec.tokens, ec.cost_usd, ec.cost_status, {fresh} AS fresh
+               {who} e.byte_length, {priced}, {fresh} AS fresh
         FROM {source} e
         LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
                    FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
-          USING (event_id)
-        LEFT JOIN event_costs ec USING (event_id)""")
+          ON o.event_id = e.event_id
+        {price_joins}""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE event_costs AS
+        SELECT event_id, cost_usd, cost_status, tokens FROM _event_facts
+        WHERE cost_status IS NOT NULL""")
     con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
         SELECT o.event_id, o.fidx, x.finding_id FROM _event_facts o JOIN _findx x USING (fidx)""")
-    copies = define_message_copies(con)  # built by the cost view; how many there are
+    copies = define_message_copies(con)  # built when the events were priced; how many
     # a unit is counted once: a second stored copy only when its first is not claimed (owned)
     # by the same finding; the joins that decide it are needed only when there are copies
     unit, owned_unit, copy_joins = ("u.kind IS NOT NULL",) * 2 + ("",)
@@ -137,6 +143,9 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
 
 # Dollars summed as decimals (to 10⁻¹² $): a float sum depends on the order of its rows, which
 # the claims' order, the plan and DuckDB's threads decide; the last digit of a cost must not.
+DECIMAL_SUM = "sum(CAST(cost_usd AS DECIMAL(38, 12)))"
+
+
 def exact_cost_sum(where: str = "") -> str:
     """SQL: the sum of `cost_usd` (of the rows `where` selects) as decimals, back to DOUBLE."""
     only = f" FILTER (WHERE {where})" if where else ""
@@ -148,36 +157,56 @@ _OVERLAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _claimed_figures(con: duckdb.DuckDBPyConnection):
-    """Every figure attribution takes from the claims, in one pass over `claimed` (grouping
-    sets, each aggregated as its own query would): per finding its counts and sums (`stats`),
-    events per cost basis (`basis`), its first three and last unit events by time (`ends`),
-    and per (finding, other owner) how many events and in which inputs (`overlaps`)."""
-    rows = con.execute(f"""
-        SELECT fidx, cost_status, other, grouping(cost_status) AS by_status,
-          grouping(other) AS by_other,
-          count(*) FILTER (WHERE is_unit), count(*), sum(byte_length),
-          sum(coalesce(tokens, 0)), {exact_cost_sum()},
-          coalesce(sum(tokens) FILTER (WHERE cost_status = 'unpriced'), 0),
-          count(*) FILTER (WHERE is_owned_unit AND owned), count(*) FILTER (WHERE owned),
-          coalesce(sum(byte_length) FILTER (WHERE owned), 0),
-          {exact_cost_sum('owned')},
-          arg_min(event_id, (ts, event_id), 3) FILTER (WHERE is_unit),
-          arg_max(event_id, (ts, event_id)) FILTER (WHERE is_unit),
-          list(DISTINCT CAST(event_id >> 32 AS INTEGER) ORDER BY 1)
-        FROM (SELECT *, CASE WHEN owned THEN NULL ELSE owner END AS other FROM claimed)
-        GROUP BY GROUPING SETS ((fidx), (fidx, cost_status), (fidx, other))
-        ORDER BY ALL""").fetchall()
+    """Every figure attribution takes from the claims, in one pass over `claimed`: per
+    finding its counts and sums (`stats`), events per cost basis (`basis`), its first three
+    and last unit events by time (`ends`), and per (finding, other owner) how many events
+    and in which inputs (`overlaps`). The pass sums the claims by finding, cost basis,
+    owner and input (a few rows: `_parts`), and the figures are those rows summed again, by
+    finding alone, with its cost basis, with its other owner (dollars as decimals, which
+    add up exactly however they are grouped; the first and last events are the first and
+    last of each part's own). Grouping sets straight over the claims computed every
+    aggregate for every set, three passes over a million claims."""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _parts AS
+        SELECT fidx, cost_status, CASE WHEN owned THEN NULL ELSE owner END AS other, owned,
+          CAST(event_id >> 32 AS INTEGER) AS input_id,
+          count(*) FILTER (WHERE is_unit) AS units, count(*) AS n, sum(byte_length) AS bytes,
+          sum(coalesce(tokens, 0)) AS tokens, {DECIMAL_SUM} AS cost,
+          sum(tokens) FILTER (WHERE cost_status = 'unpriced') AS unpriced,
+          count(*) FILTER (WHERE is_owned_unit AND owned) AS owned_units,
+          arg_min(struct_pack(ts, event_id), (ts, event_id), 3) FILTER (WHERE is_unit) AS first,
+          arg_max(struct_pack(ts, event_id), (ts, event_id)) FILTER (WHERE is_unit) AS last
+        FROM claimed GROUP BY ALL""")
+    try:
+        rows = con.execute("""
+            SELECT fidx, cost_status, other, grouping(cost_status) AS by_status,
+              grouping(other) AS by_other,
+              sum(units), sum(n), sum(bytes), sum(tokens), CAST(sum(cost) AS DOUBLE),
+              coalesce(sum(unpriced), 0),
+              coalesce(sum(owned_units) FILTER (WHERE owned), 0),
+              coalesce(sum(n) FILTER (WHERE owned), 0),
+              coalesce(sum(bytes) FILTER (WHERE owned), 0),
+              CAST(sum(cost) FILTER (WHERE owned) AS DOUBLE),
+              arg_max(last.event_id, (last.ts, last.event_id)), list(DISTINCT input_id ORDER BY 1)
+            FROM _parts
+            GROUP BY GROUPING SETS ((fidx), (fidx, cost_status), (fidx, other))
+            ORDER BY ALL""").fetchall()
+        first = dict(con.execute("""
+            SELECT fidx, arg_min(k.event_id, (k.ts, k.event_id), 3)
+            FROM (SELECT fidx, unnest(first) AS k FROM _parts) GROUP BY fidx""").fetchall())
+    finally:
+        con.execute("DROP TABLE IF EXISTS _parts")
     stats, basis, ends, overlaps = {}, {}, [], []
     for fidx, status, other, by_status, by_other, *figures in rows:
         if by_status and by_other:  # (fidx)
             stats[fidx] = tuple(figures[:10])
             if figures[10] is not None:  # it claims a unit
-                ends.append((fidx, figures[10], figures[11]))
+                ends.append((fidx, first[fidx], figures[10]))
         elif by_other:  # (fidx, cost_status)
             if status is not None:
                 basis.setdefault(fidx, {})[status] = figures[1]
         else:  # (fidx, other)
-            overlaps.append((fidx, other, figures[12], figures[1]))
+            overlaps.append((fidx, other, figures[11], figures[1]))
     return stats, basis, ends, overlaps
 
 

@@ -145,6 +145,19 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel,
     (the view `events`, or a table of some of them) that costs something, materialised once
     per scan; `_copies(event_id, canon)`: second stored copies of one message, and the event
     they copy."""
+    columns, joins = price_events(con, model, source)
+    con.execute(f"""
+      CREATE OR REPLACE TEMP TABLE event_costs AS
+      SELECT * FROM (SELECT e.event_id, {columns} FROM {source} e {joins})
+      WHERE cost_status IS NOT NULL""")
+
+
+def price_events(con: duckdb.DuckDBPyConnection, model: CostModel,
+                 source: str = "events") -> tuple[str, str]:
+    """SQL that prices each event `e` of `source`: the select list `cost_usd,
+    cost_status, tokens` (all three NULL for an event that costs nothing, which `event_costs` leaves
+    out) and the joins it needs. Makes `_priced` (each model and token counts priced once)
+    and `_copies` first. Attribution prices the events in its own pass over them."""
     _price_combos(con, model, source)
     per_call = "NULL" if model.cost_per_call is None else repr(float(model.cost_per_call))
     # a message both parties stored is one call: only its first copy is priced
@@ -156,24 +169,26 @@ def define_cost_view(con: duckdb.DuckDBPyConnection, model: CostModel,
     def cache(which: str) -> str:  # a table of some events may not carry the cache columns
         return f"e.tokens_cache_{which}" if f"tokens_cache_{which}" in has else "NULL"
 
-    con.execute(f"""
-      CREATE OR REPLACE TEMP TABLE event_costs AS
-      SELECT e.event_id,
-        CASE WHEN e.cost_usd IS NOT NULL THEN e.cost_usd
-             WHEN e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL THEN p.cost
-             ELSE {per_call} END AS cost_usd,
-        CASE WHEN e.cost_usd IS NOT NULL THEN 'stated'
-             WHEN (e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL) AND p.cost IS NOT NULL
-               THEN 'priced'
-             WHEN e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL THEN 'unpriced'
-             ELSE 'assumed' END AS cost_status,
-        coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) AS tokens
-      FROM {source} e LEFT JOIN _priced p ON e.cost_usd IS NULL AND p.model = e.model
-        AND p.tokens_in IS NOT DISTINCT FROM e.tokens_in
-        AND p.tokens_out IS NOT DISTINCT FROM e.tokens_out
-        AND p.tokens_cache_read IS NOT DISTINCT FROM {cache('read')}
-        AND p.tokens_cache_write IS NOT DISTINCT FROM {cache('write')}
-      WHERE e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
-         OR ({per_call} IS NOT NULL AND e.kind IN ({kinds})
-             AND e.event_id NOT IN (SELECT event_id FROM _copies))
-    """)
+    costs = f"""(e.cost_usd IS NOT NULL OR e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL
+             OR ({per_call} IS NOT NULL AND e.kind IN ({kinds}) AND _cp.event_id IS NULL))"""
+    columns = f"""
+        CASE WHEN {costs} THEN
+          CASE WHEN e.cost_usd IS NOT NULL THEN e.cost_usd
+               WHEN e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL THEN _p.cost
+               ELSE {per_call} END END AS cost_usd,
+        CASE WHEN {costs} THEN
+          CASE WHEN e.cost_usd IS NOT NULL THEN 'stated'
+               WHEN (e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL) AND _p.cost IS NOT NULL
+                 THEN 'priced'
+               WHEN e.tokens_in IS NOT NULL OR e.tokens_out IS NOT NULL THEN 'unpriced'
+               ELSE 'assumed' END END AS cost_status,
+        CASE WHEN {costs} THEN coalesce(e.tokens_in, 0) + coalesce(e.tokens_out, 0) END
+          AS tokens"""
+    joins = f"""
+      LEFT JOIN _priced _p ON e.cost_usd IS NULL AND _p.model = e.model
+        AND _p.tokens_in IS NOT DISTINCT FROM e.tokens_in
+        AND _p.tokens_out IS NOT DISTINCT FROM e.tokens_out
+        AND _p.tokens_cache_read IS NOT DISTINCT FROM {cache('read')}
+        AND _p.tokens_cache_write IS NOT DISTINCT FROM {cache('write')}
+      LEFT JOIN _copies _cp ON _cp.event_id = e.event_id"""
+    return columns, joins
