@@ -28,6 +28,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import db, digest, formats
@@ -1510,17 +1511,20 @@ class _Mapper:
                              f"the {self.fmt.name} format cannot map a value of this line: "
                              f"{reason}", text[:200].rstrip("\r\n"))]
 
-    def _find_unknown_keys(self, into: Counter | None = None) -> None:
+    def _find_unknown_keys(self, into: Counter | None = None, merge: bool = False) -> None:
         """Every line's keys are checked (no sampling: a key first seen on line 900,000 still
         reaches `extra`), in one vectorised pass: the lines with keys the format does not
         expect, and those keys, go to `unknown`; their counts to `into` (`self.unknown`).
         (Grouping lines by the hash of their key list, and listing the lines of bad shapes in
         a second pass, parsed every line twice when a log had one odd line; a log whose key
-        order varies has as many shapes as lines.)"""
+        order varies has as many shapes as lines.) With `merge`, each such line's exact
+        `extra` too (`merged`), in the same pass: in the mapping the merge cost three times
+        as much (0.3 s a chunk of the `req_id` log, whose lines all have unknown keys)."""
+        merged = f", {_merge_sql('text', self.mapped)} AS merged" if merge else ""
         self.con.execute(
-            "CREATE OR REPLACE TEMP TABLE unknown AS SELECT line, keys FROM (SELECT line, "
-            "list_filter(json_keys(text), lambda k: NOT list_contains($expected, k)) AS keys "
-            "FROM raw) WHERE len(keys) > 0", {"expected": sorted(self.expected)})
+            f"CREATE OR REPLACE TEMP TABLE unknown AS SELECT line, keys{merged} FROM (SELECT "
+            "line, text, list_filter(json_keys(text), lambda k: NOT list_contains($expected, "
+            "k)) AS keys FROM raw) WHERE len(keys) > 0", {"expected": sorted(self.expected)})
         counts = self.unknown if into is None else into
         for key, n in self.con.execute(
             "SELECT k, count(*) FROM (SELECT unnest(keys) AS k FROM unknown) GROUP BY k"
@@ -1533,10 +1537,26 @@ class _Mapper:
         return self._sql[True]
 
     def mapped_sql(self) -> str:
-        """The SELECT of the chunk's rows, mapped (what `_insert_sql` adds to `batch`)."""
+        """The SELECT of the chunk's rows, mapped (what `_insert_sql` adds to `batch`), but
+        for what `completed` fills in."""
         if False not in self._sql:
-            self._sql[False] = _mapped_sql(self.con, self.fmt, self.ctx, self.mapped)
+            self._sql[False] = _mapped_sql(self.con, self.fmt, self.ctx, self.mapped, keys=False)
         return self._sql[False]
+
+    def merges_later(self) -> bool:
+        """Whether `mapped_sql` leaves the lines with unknown keys to `completed` (when the
+        format makes an `extra` of its own)."""
+        return "extra" in _provided(self.con, self.fmt.select_sql(self.ctx))
+
+    def completed(self, table: pa.Table) -> pa.Table:
+        """`table` (from `mapped_sql`) with its computed key columns (`_computed_keys`), and
+        the `extra` of the lines with unknown keys (`unknown.merged`)."""
+        computed = _computed_keys(_provided(self.con, self.fmt.select_sql(self.ctx)))
+        table = _keys_by_value(self.con, table, computed)
+        if self.merges_later():
+            table = _merged_by_line(table, self.con.sql(
+                "SELECT line, merged FROM unknown").to_arrow_table())
+        return table
 
     def take(self, batch: LineBatch, mapped: tuple[pa.Table, Counter] | None) -> list[Rejected]:
         """Add a chunk mapped on another cursor (`_MapAhead`) to `batch`; one that could not
@@ -1581,8 +1601,9 @@ class _MapAhead:
         con.register("raw_all", batch.table)
         try:
             con.execute("CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all")
-            self.mapper._find_unknown_keys(unknown)
+            self.mapper._find_unknown_keys(unknown, merge=self.mapper.merges_later())
             table = con.sql(self.mapper.mapped_sql(), params={"file": self.file}).to_arrow_table()
+            table = self.mapper.completed(table)
         except duckdb.Error:
             return None
         finally:
@@ -1629,16 +1650,30 @@ def _insert_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
             f"UNION ALL {_mapped_sql(con, fmt, ctx, mapped_keys)}")
 
 
+def _computed_keys(provided: set[str]) -> dict[str, tuple[str, ...]]:
+    """The key columns ingest computes (`key_sql`) for a mapping that provides `provided`,
+    each with the output columns it is computed from: the action and its arguments, the
+    result."""
+    out: dict[str, tuple[str, ...]] = {}
+    if "action" in provided and "action_key" not in provided:
+        out["action_key"] = ("action", "args")
+    if "result" in provided and "result_key" not in provided:
+        out["result_key"] = ("result",)
+    return out
+
+
 def _mapped_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
-                mapped_keys: frozenset[str]) -> str:
+                mapped_keys: frozenset[str], keys: bool = True) -> str:
     """`raw`, mapped: the format's columns, NULL for the rest.
 
     `extra` is the format's own (its documented keys) except on lines listed in `unknown`,
-    where it is every key not turned into a column (a JSON merge: exact, slower)."""
+    where it is every key not turned into a column (a JSON merge: exact, slower). With
+    `keys` False the computed key columns (`_computed_keys`) are left NULL, for
+    `_keys_by_value` to fill in, and a format's own `extra` is kept on every line, for
+    `_merged_by_line` to replace on the lines with unknown keys."""
     select = fmt.select_sql(ctx)
     provided = _provided(con, select)
-    # keys may come from the data (generic format): JSON-encode them, then quote for SQL
-    nulls = db.sql_literal(json.dumps({k: None for k in sorted(mapped_keys)}))
+    computed = _computed_keys(provided)
     exprs = []
     for c in COLUMNS:
         if c.name == "event_id":
@@ -1649,13 +1684,17 @@ def _mapped_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
             exprs.append("$file")
         elif c.name == "format":
             exprs.append("'" + fmt.name + "'")
+        elif c.name == "extra" and "extra" in provided and not keys:
+            exprs.append("m.extra")  # the lines with unknown keys: `_merged_by_line`
         elif c.name == "extra":
-            merged = f"nullif(CAST(json_merge_patch(m.text, {nulls}) AS VARCHAR), '{{}}')"
+            merged = _merge_sql("m.text", mapped_keys)
             own = "m.extra" if "extra" in provided else merged
             exprs.append(f"CASE WHEN m.line IN (SELECT line FROM unknown) THEN {merged} "
                          f"ELSE {own} END")
         elif c.name in provided:
             exprs.append(f"CAST(m.{c.name} AS {c.sql_type})")
+        elif c.name in computed and not keys:
+            exprs.append(f"CAST(NULL AS {c.sql_type})")
         elif c.name == "action_key" and "action" in provided:
             # the same call with other ids in it is the same call (normalise.py)
             exprs.append(key_sql("m.action", "m.args" if "args" in provided else "NULL"))
@@ -1665,6 +1704,58 @@ def _mapped_sql(con: duckdb.DuckDBPyConnection, fmt: Format, ctx: FormatContext,
             exprs.append(f"CAST(NULL AS {c.sql_type})")
     cols = ", ".join(f"{e} AS {c.name}" for e, c in zip(exprs, COLUMNS, strict=True))
     return f"SELECT {cols} FROM ({select}) m"
+
+
+def _merge_sql(text: str, mapped_keys: frozenset[str]) -> str:
+    """SQL: the JSON object `text` without the keys turned into columns (NULL when none is
+    left): the exact `extra` of a line with keys the format does not know."""
+    # keys may come from the data (generic format): JSON-encode them, then quote for SQL
+    nulls = db.sql_literal(json.dumps({k: None for k in sorted(mapped_keys)}))
+    return f"nullif(CAST(json_merge_patch({text}, {nulls}) AS VARCHAR), '{{}}')"
+
+
+def _merged_by_line(table: pa.Table, unknown: pa.Table) -> pa.Table:
+    """`table` with `extra` replaced by `unknown.merged` on the rows of `unknown.line`."""
+    if not unknown.num_rows or not table.num_rows:
+        return table
+    known_lines = unknown["line"].to_numpy()
+    order = np.argsort(known_lines, kind="stable")
+    lines = table["line"].to_numpy()
+    at = np.minimum(np.searchsorted(known_lines, lines, sorter=order), len(order) - 1)
+    hit = known_lines[order[at]] == lines
+    values = unknown["merged"].take(pa.array(order[at[hit]])).combine_chunks()
+    column = table.schema.get_field_index("extra")
+    extra = pc.replace_with_mask(table["extra"].combine_chunks(), pa.array(hit), values)
+    return table.set_column(column, table.schema.field(column), extra)
+
+
+def _keys_by_value(con: duckdb.DuckDBPyConnection, table: pa.Table,
+                   computed: dict[str, tuple[str, ...]]) -> pa.Table:
+    """`table` with each computed key column (`key_sql` of its source columns) filled in,
+    computed once per distinct value of its sources and spread to the rows in Arrow: a
+    chunk of 131,575 bproxy lines holds 2,392 distinct (action, args) pairs, and masking
+    every row (five regular expressions, twice) cost a third of its mapping."""
+    for name, sources in computed.items():
+        codes = np.zeros(table.num_rows, dtype=np.int64)
+        for source in sources:  # each row's distinct sources as one integer
+            encoded = pc.dictionary_encode(table[source], null_encoding="encode").combine_chunks()
+            codes = codes * (len(encoded.dictionary) + 1) + encoded.indices.to_numpy(
+                zero_copy_only=False)
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        distinct = table.select(list(sources)).take(pa.array(first))
+        con.register("_distinct", distinct.append_column("_i", pa.array(np.arange(len(first)))))
+        try:
+            keys = con.sql(f"SELECT {key_sql(*sources)} AS k FROM _distinct ORDER BY _i"
+                           ).to_arrow_table()["k"]
+        finally:
+            con.unregister("_distinct")
+        if len(keys) != len(first):
+            raise RuntimeError("the keys of distinct values came back in another number")
+        column = table.schema.get_field_index(name)
+        table = table.set_column(column, table.schema.field(column),
+                                 keys.take(pa.array(inverse.reshape(-1))).cast(
+                                     table.schema.field(column).type))
+    return table
 
 
 _PROVIDED: dict[str, set[str]] = {}  # the columns of each mapping SELECT (LIMIT 0: 2-4 ms)
