@@ -1079,7 +1079,7 @@ class _Group:
         store.intend(*written)
         if ev_rel:
             pq.write_table(con.sql("SELECT * FROM _rows ORDER BY event_id").to_arrow_table(),
-                           store.root / ev_rel, compression="zstd", row_group_size=ROW_GROUP)
+                           store.root / ev_rel, row_group_size=ROW_GROUP, **EVENTS_PARQUET)
         if qu_rel:
             _write_quarantine(con, store, qu_rel, [(m.shown, r) for m in listed
                                                    for r in m.rejected])
@@ -1229,6 +1229,14 @@ HOLD_LINES = 1024
 RECENT = 4  # a file's newest batches, where formats look first for what a new line answers
 
 
+# How events files are written: zstd, and dictionaries only for the text columns whose
+# values repeat. A dictionary of numbers, times or request ids (nearly one value a row) is
+# built and then given up for every page: a third of the writer's time, and larger files
+# (a chunk of the bproxy log: 0.081 s and 3.35 MB with them, 0.053 s and 2.13 MB without).
+EVENTS_PARQUET = {"compression": "zstd", "use_dictionary": [
+    c.name for c in COLUMNS if c.sql_type == "VARCHAR" and c.name != "corr_id"]}
+
+
 class _ChunkSink:
     """Finishes each mapped chunk and streams it into the batch's one Parquet file.
 
@@ -1292,7 +1300,7 @@ class _ChunkSink:
 
     def _write_table(self, table: pa.Table) -> None:
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+            self.writer = pq.ParquetWriter(self.path, table.schema, **EVENTS_PARQUET)
         self.writer.write_table(table)
 
     def close(self) -> int:
