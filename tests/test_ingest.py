@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from loophound.cli import app
 from loophound.ingest import IngestOptions, ingest
+from loophound.schema import COLUMNS
 from loophound.store import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
@@ -507,3 +508,47 @@ def test_chunks_mapped_ahead_give_what_chunks_mapped_in_turn_give(tmp_path, monk
     assert ahead[1] == [(701, "invalid_json")]
     assert [r[6] for r in ahead[0] if r[2] == 702] == ["response"]  # line, kind
     assert ahead == in_turn
+
+
+@pytest.mark.parametrize("name", ["req_id", "request_id", "no_id"])
+def test_keys_and_merges_of_chunks_mapped_ahead_are_those_of_the_careful_path(
+        tmp_path, monkeypatch, name):
+    """A chunk mapped ahead computes its action and result keys once per distinct value and
+    puts the exact `extra` of lines with unknown keys in place in Arrow; the careful path
+    computes both in SQL, row by row. Every shape (undocumented keys on every line, shuffled
+    keys, no id) and some odd unknown keys (escaped, non-ASCII, nested nulls, large numbers)
+    give the same events both ways."""
+    from loophound import ingest as ingest_module
+    from loophound.synth.bproxy_variants import variant, write_bproxy_variant
+
+    log = tmp_path / "daemon.log"
+    write_bproxy_variant(log, variant(name), storm_requests=200, storm_hours=20 / 3600,
+                         session_minutes=1.0)
+    lines = log.read_bytes().splitlines(keepends=True)
+    odd = [{"event": "received", "time": 1781826140544, "pid": 7, "action": "scroll",
+            "args": {"dy": 120, "id": "3f2a9c1e-0b4d-4c8e-9a7f-2d5e6b1c0a99"}, 'k"\\ü': None,
+            "deep": {"a": [1, 2.5, None, {"b": None}], "n": 12345678901234567890}},
+           {"event": "response", "time": 1781826140545, "pid": 7, "ok": False,
+            "result": {"at": "2026-01-01T00:00:00Z", "n": 17}, "ünknown": "x", "empty": {}}]
+    lines[300:300] = [json.dumps(r, ensure_ascii=i == 0).encode() + b"\n"
+                      for i, r in enumerate(odd)]
+    log.write_bytes(b"".join(lines))
+    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
+    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
+
+    def read(store_name: str) -> tuple:
+        store = Store(tmp_path / store_name)
+        report = ingest([str(log)], store)
+        con = store.connect()
+        rows = con.execute("SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall()
+        return rows, report.files[0].warnings
+
+    ahead = read("ahead")
+    monkeypatch.setattr(ingest_module._MapAhead, "_map", lambda self, batch: None)
+    careful = read("careful")
+    assert ahead == careful
+    columns = [c.name for c in COLUMNS if c.name != "file"]
+    extra, key = columns.index("extra"), columns.index("action_key")
+    assert sum(1 for r in ahead[0] if r[key]) > 200  # keys were computed, not left out
+    assert any(r[extra] and "ünknown" in r[extra] for r in ahead[0])
