@@ -21,6 +21,10 @@ With --query-only, only the query is timed (ingesting each log once into a store
     python benchmarks/variations_bench.py --query-only --repeat 7 --variants req_id,reqId,no_id
         --scales 10 --keep DIR
 
+`--investigate-only` times `investigate` end to end (ingest, scan, report) against DuckDB's
+default COPY, and with `--against SRC` the investigate of another source tree too, in the
+same rounds.
+
 `--scan-only --keep DIR` times the scan alone, on stores kept in DIR (`<log>.store`, ingested
 once, as with --query-only), and with `--against SRC` alternates it with the scan of another
 source tree (`SRC`: a `src` folder, e.g. of a checkout of main before a change), each in a
@@ -105,8 +109,10 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
         run()
     except SystemExit as exc:
         code = exc.code or 0
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"seconds": time.perf_counter() - t0, "exit": code,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "cpu_seconds": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "peak_rss_mb": own.ru_maxrss / 1024}))
 """
 
 
@@ -286,6 +292,38 @@ def bench_scan(name: str, log: Path, work: Path, repeat: int, against: Path | No
             "runs": runs}
 
 
+def bench_investigate(name: str, log: Path, work: Path, repeat: int,
+                      against: Path | None) -> dict:
+    """`investigate` end to end (ingest, scan, report; imports included) against DuckDB's
+    default COPY of the same file, alternating in each round, each in a fresh process; with
+    `against`, the investigate of that source tree too."""
+    sides = {"baseline": None, "investigate": None} | ({"against": against} if against else {})
+    runs: dict[str, list[dict]] = {k: [] for k in sides}
+    for i in range(repeat):
+        for side, src in sides.items():
+            out = Path(tempfile.mkdtemp(dir=work))
+            if side == "baseline":
+                runs[side].append(child(RUNNER, "baseline", str(log), str(out), BASELINE))
+            else:
+                runs[side].append(child(INVESTIGATE, str(log), str(out), src=src))
+            shutil.rmtree(out)
+        print(f"  {name} run {i + 1}: " + "   ".join(
+            f"{k} {v[-1].get('seconds', float('nan')):6.2f} s (CPU "
+            f"{v[-1].get('cpu_seconds', float('nan')):.1f} s)"
+            + ("*" if v[-1].get("sample_size") == "whole file" else "")
+            + (f" failed: {v[-1]['error']}" if "error" in v[-1] else "")
+            for k, v in runs.items()), flush=True)
+    med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
+           for k, v in runs.items() if any("seconds" in r for r in v)}
+    cpu = {k: statistics.median(r["cpu_seconds"] for r in v if "cpu_seconds" in r)
+           for k, v in runs.items() if any("cpu_seconds" in r for r in v)}
+    print(f"  {name} median: " + ", ".join(
+        f"{k} {m:.2f} s (CPU {cpu.get(k, float('nan')):.1f} s"
+        + (f"; {m / med['baseline']:.2f}× DuckDB" if k != "baseline" else "") + ")"
+        for k, m in med.items()), flush=True)
+    return {"variant": name, "median_seconds": med, "median_cpu_seconds": cpu, "runs": runs}
+
+
 def table(results: list[dict]) -> str:
     rows = ["| log | MiB | lines | baseline | ingest | ratio | scan | scan / ingest | "
             "investigate (ratio) | peak RSS ingest / scan | repeated_error findings (storm "
@@ -326,8 +364,12 @@ def main() -> None:
                          "each log (with --keep: kept and reused)")
     ap.add_argument("--scan-only", action="store_true",
                     help="time the scan alone, on stores kept in --keep (ingested once)")
+    ap.add_argument("--investigate-only", action="store_true",
+                    help="time only `investigate` end to end against DuckDB's default COPY "
+                         "(and the --against tree's investigate)")
     ap.add_argument("--against", type=Path,
-                    help="with --scan-only: a source tree (src folder) whose scan alternates")
+                    help="with --scan-only or --investigate-only: a source tree (src folder) "
+                         "whose scan or investigate alternates")
     args = ap.parse_args()
     if args.scan_only and not args.keep:
         ap.error("--scan-only needs --keep DIR (where the stores are kept)")
@@ -354,6 +396,9 @@ def main() -> None:
             if args.scan_only:
                 results.append(bench_scan(name, log, work, args.repeat, args.against))
                 continue
+            if args.investigate_only:
+                results.append(bench_investigate(name, log, work, args.repeat, args.against))
+                continue
             timed = args.investigate == "all" or v.name in args.investigate.split(",")
             if args.query_only:
                 results.append(query_only(name, log, key, args.repeat))
@@ -367,7 +412,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    if args.scan_only:
+    if args.scan_only or args.investigate_only:
         return
     print()
     print(query_table(results) if args.query_only else table(results))
