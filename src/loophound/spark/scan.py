@@ -177,6 +177,19 @@ def order(findings: list[Finding]) -> list[Finding]:
                                            f.start is None, f.start or 0, f.id))
 
 
+def plan(con: duckdb.DuckDBPyConnection,
+         only: list[str] | None) -> dict[tuple[tuple[str, ...], tuple], list[str]]:
+    """The Spark jobs, one a grouping: (the columns, the formats tied by `links`) → the
+    detectors grouped so (those with anything to read in the store `con` reads)."""
+    jobs: dict[tuple[tuple[str, ...], tuple], list[str]] = {}
+    for key, names in on_spark(only, event_kinds(con)).items():
+        for n in names:
+            links = DETECTORS[n].links
+            tied = tied_formats(con, links) if links else {}
+            jobs.setdefault((key, tuple(sorted(tied.items()))), []).append(n)
+    return jobs
+
+
 class SparkDetectors:
     """`scan_store`'s detector runner on Spark (see the module's docstring)."""
 
@@ -191,20 +204,15 @@ class SparkDetectors:
         events = events_frame(self.spark, self.store)
         if events is None:
             return []
-        by_key = on_spark(only, event_kinds(con))
-        two_step = [n for names in by_key.values() for n in names if DETECTORS[n].gather]
-        plan: dict[tuple, list[str]] = {}  # (columns, tied formats) → detectors
-        for key, names in by_key.items():
-            for n in names:
-                tied = tied_formats(con, DETECTORS[n].links) if DETECTORS[n].links else {}
-                plan.setdefault((key, tuple(sorted(tied.items()))), []).append(n)
+        jobs = plan(con, only)
+        two_step = [n for names in jobs.values() for n in names if DETECTORS[n].gather]
         for n in two_step:  # started now, it goes on beside the Spark jobs
             if DETECTORS[n].prepare is not None:
                 DETECTORS[n].prepare(con, params[n])
         inputs = con.sql("SELECT * FROM inputs").to_arrow_table()
         found: list[Finding] = []
         parts: dict[str, list[Any]] = {n: [] for n in two_step}
-        for (key, tied), names in plan.items():
+        for (key, tied), names in jobs.items():
             rows = (grouped(events, key, dict(tied))
                     .applyInArrow(_group_task(names, {n: params[n] for n in names}, inputs),
                                   "detector string, part boolean, item binary")
