@@ -118,8 +118,10 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "exit": code,
 
 def child(code: str, *args: str, src: Path | None = None) -> dict:
     env = None
-    if src is not None:  # another source tree's loophound
+    if src is not None:  # another source tree's loophound, and its named queries if beside it
         env = dict(os.environ, PYTHONPATH=str(src))
+        if (src.parent / "queries").is_dir():
+            env["LOOPHOUND_QUERIES"] = str(src.parent / "queries")
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                          env=env)
     if res.returncode != 0:
