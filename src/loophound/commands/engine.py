@@ -22,7 +22,7 @@ ENGINES = ("duckdb", "spark")
 
 EngineOpt = Annotated[str, typer.Option(
     "--engine", help="duckdb (this process, the default) or spark: a Spark cluster's executors "
-                     "read the files and run the detectors (pip install 'loophound[spark]'; "
+                     "read the files and run the detectors (pip install 'loophound\\[spark]'; "
                      "docs/scale-out.md).")]
 SparkMasterOpt = Annotated[str | None, typer.Option(
     "--spark-master", help="With --engine spark: local[2], spark://host:7077, yarn, or "

@@ -107,9 +107,10 @@ class Detector:
     shape: str = "events"
     # the event columns whose groups hold everything a finding of it is reasoned from: no
     # measurement relates events of two groups (events with NULL there are one group). The
-    # Spark engine runs it, unchanged, on each group apart (loophound.spark.scan); empty:
-    # it needs all events at once and runs on one machine only. A coarser grouping is
-    # always as exact; tests/test_spark.py checks the findings are the same
+    # Spark engine runs it, unchanged, on each group apart (loophound.spark.scan), and
+    # takes one that declares none for a bug (every registered one declares one: a step
+    # over all events is a `gather`, below). A coarser grouping is always as exact;
+    # tests/test_spark.py checks the findings are the same
     partition_by: tuple[str, ...] = ()
     # with partition_by ("format",), for a detector that relates events by names and ids a
     # format does not own (an actor named in two formats' logs is one actor to it): SQL over
