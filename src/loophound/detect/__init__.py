@@ -95,10 +95,12 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
         if DETECTORS[name].prepare is not None:
             DETECTORS[name].prepare(con, params[name])
     # what a detector prepared (unusual_actor's forest, in a process importing scikit-learn)
-    # gets ready while the others run: those that prepared run last, and the findings come
-    # out in the registry's order all the same
+    # gets ready while the others run: those that prepared run last, by rank, so the forest
+    # (the weakest rank) has longest (repeated_action and alternating_action prepare only to
+    # share one pass over the actions), and the findings come out in the registry's order
     found: dict[str, list[Finding]] = {}
-    for name in sorted(names, key=lambda n: DETECTORS[n].prepare is not None):
+    for name in sorted(names, key=lambda n: (DETECTORS[n].prepare is not None,
+                                             DETECTORS[n].rank)):
         found[name] = list(DETECTORS[name].run(con, params[name]))
     return [f for name in names for f in found[name]]
 
