@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -42,36 +44,42 @@ TOLD_KINDS = ("message", "room_post", "request", "trigger")
 # the actor's own lines between its actions: the turns a loop pays for
 TURN_KINDS = ("llm_call", "message", "record")
 EPOCH = dt.datetime(1970, 1, 1)
+# a detector's search of a piece of the sequences (Sequences, its params): what it found there
+Finder = Callable[["Sequences", Any], list]
 
-# (actor, session) pairs with at least `min_count` calls of one kind: nothing shorter can loop
+# (actor, session) pairs with at least two calls of one kind (nothing shorter can loop), and
+# how many actions each made (`n`: the pair's own rows of SEQUENCE)
 CANDIDATES = """
-SELECT actor, session, row_number() OVER (ORDER BY actor, session NULLS FIRST) AS g
-FROM (SELECT DISTINCT actor, session FROM (
-  SELECT actor, session FROM events
-  WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND actor IS NOT NULL
-    AND action_key IS NOT NULL AND ($errors OR (error IS NULL AND ok IS DISTINCT FROM false))
-  GROUP BY actor, session, action_key, result_key, ok, error
-  HAVING count(*) >= $min_count))
+SELECT actor, session, n, row_number() OVER (ORDER BY actor, session NULLS FIRST) AS g
+FROM (SELECT actor, session, CAST(sum(k) AS BIGINT) AS n FROM (
+    SELECT actor, session, count(*) AS k FROM events
+    WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND actor IS NOT NULL
+      AND action_key IS NOT NULL
+    GROUP BY actor, session, action_key, result_key, ok, error)
+  GROUP BY actor, session HAVING max(k) >= 2)
 """
 
 # The candidates' actions, and what others did in their sessions. `loose` is the arguments
 # with ids masked but numbers kept: calls that differ only in a number walk through items.
 SEQUENCE = f"""
-SELECT c.g, epoch_ms(e.ts) AS t, e.event_id, true AS own,
+SELECT CAST(c.g AS INTEGER) AS g, epoch_ms(e.ts) AS t, e.event_id, true AS own,
   hash(e.action_key) AS akey, hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
   e.result_key IS NOT NULL AS known, e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS erred,
   hash(CASE WHEN e.args IS NOT NULL THEN {mask_sql('e.args', numbers=False)} END) AS loose,
   false AS told
-FROM events e JOIN _stuck_cand c ON e.actor = c.actor
+FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.actor = c.actor
 WHERE e.session IS NOT DISTINCT FROM c.session AND list_contains($kinds, e.kind)
   AND e.ts IS NOT NULL AND e.action_key IS NOT NULL
 UNION ALL
-SELECT c.g, epoch_ms(e.ts), e.event_id, false, NULL, NULL, NULL, NULL, NULL,
+SELECT CAST(c.g AS INTEGER), epoch_ms(e.ts), e.event_id, false, NULL, NULL, NULL, NULL, NULL,
   e.target IS NOT DISTINCT FROM c.actor AND list_contains($told, e.kind)
-FROM events e JOIN _stuck_cand c ON e.session = c.session
+FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.session = c.session
 WHERE e.actor IS DISTINCT FROM c.actor AND e.ts IS NOT NULL
   AND (list_contains($kinds, e.kind) OR list_contains($told, e.kind))
 """
+# the candidates' actions are read for this many at a time (about 100 MB of columns, and as
+# much again to sort them), or for one (actor, session) that made more
+CHUNK_ROWS = 1 << 21
 
 # What a stretch of the actor's turns cost: its own lines from just after what came before
 # the loop (its previous action answered, or what it was told) to the loop's last answer
@@ -116,26 +124,33 @@ def interruptions(group: np.ndarray, own: np.ndarray, told: np.ndarray, known: n
     idx = np.flatnonzero(own)
     if not len(idx):
         return np.zeros(0, dtype=bool)
+    out = np.ones(len(idx), dtype=bool)
+    if len(idx) == len(own) and not told.any():  # the actor's actions alone (a session of one)
+        out[1:] = group[1:] != group[:-1]
+        return out
     told_before = np.cumsum(told)[idx]
     others_before = np.cumsum(~own)[idx]
     g = group[idx]
-    out = np.ones(len(idx), dtype=bool)
     both_known = known[1:] & known[:-1]
     out[1:] = ((g[1:] != g[:-1]) | (told_before[1:] != told_before[:-1])
                | ((others_before[1:] != others_before[:-1]) & ~both_known))
     return out
 
 
-def anchors(group: np.ndarray, own: np.ndarray, told: np.ndarray) -> np.ndarray:
-    """For each own action of a merged sequence, the index of the latest own action or thing
-    said to the actor before it in the same group (-1: neither): after that, the actor's turn
-    that led to this action began."""
-    n = len(own)
-    marks = np.where(own | told, np.arange(n), -1)
-    last = np.maximum.accumulate(np.concatenate(([-1], marks[:-1]))) if n else marks
-    idx = np.flatnonzero(own)
-    prev = last[idx]
-    same = (prev >= 0) & (group[np.maximum(prev, 0)] == group[idx])
+def anchors(group: np.ndarray, own: np.ndarray, told: np.ndarray, at: np.ndarray | None = None,
+            marks: np.ndarray | None = None) -> np.ndarray:
+    """For each own action of a merged sequence (or those at the positions `at`), the index
+    of the latest own action or thing said to the actor before it in the same group (-1:
+    neither): after that, the actor's turn that led to this action began. `marks`: the
+    positions of both (`np.flatnonzero(own | told)`), when the caller has them."""
+    at = np.flatnonzero(own) if at is None else np.asarray(at, dtype=np.int64)
+    if marks is None:
+        marks = np.flatnonzero(own | told)
+    if not len(marks):
+        return np.full(len(at), -1, dtype=np.int64)
+    k = np.searchsorted(marks, at) - 1  # the last mark before each
+    prev = np.where(k >= 0, marks[np.maximum(k, 0)], -1)
+    same = (prev >= 0) & (group[np.maximum(prev, 0)] == group[at])
     return np.where(same, prev, -1)
 
 
@@ -254,11 +269,26 @@ def distinct_share(values: np.ndarray) -> float:
 # measuring
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """Where a loop lies in its group: all that finding what the actor's turns over it cost
+    (`loop_turns`) needs of the sequences, once they are gone."""
+
+    actor: str
+    session: str | None
+    before_ms: float  # what came just before its first call (NaN: nothing in the group)
+    before_call: int  # the event id of the actor's previous action when that was it, else -1
+    first_ms: float  # its first call
+    last_ms: float  # its last call
+    last_call: int  # the event id of its last call
+
+
 @dataclass
 class Sequences:
-    """The candidates' actions in (group, time) order, with what interrupts them."""
+    """The actions of some candidates (whole groups), in (group, time) order, with what
+    interrupts them, and the merged rows they were read from (what came before a loop)."""
 
-    groups: dict[int, tuple[str, str | None]]  # g → (actor, session)
+    groups: dict[int, tuple[str, str | None]]  # g → (actor, session), of every candidate
     g: np.ndarray
     t: np.ndarray
     event_id: np.ndarray
@@ -268,73 +298,131 @@ class Sequences:
     erred: np.ndarray
     loose: np.ndarray  # arguments with ids masked, numbers kept
     cut: np.ndarray  # something between this and the previous action interrupts a run
-    # what came just before: when (NaN: nothing in the group), and the event id of the
-    # actor's previous action when that is what it was (-1: it was told something)
-    before_ms: np.ndarray
-    before_call: np.ndarray
+    rows: dict[str, np.ndarray]  # the merged rows: g, t, event_id, own, told
+    pos: np.ndarray | None  # where each action is among them (None: every row is one)
+    _marks: np.ndarray | None = None  # where the own actions and what was told are there
 
     def __len__(self) -> int:
         return len(self.t)
 
-    def turn_spans(self, con: duckdb.DuckDBPyConnection, loops: list[tuple[int, int]],
-                   max_gap_s: float) -> list[tuple[dt.datetime, dt.datetime]]:
-        """For loops (index of the first call, of the last), where the actor's turns over
-        each begin (exclusive: after the previous action was answered, or the actor was last
-        told something) and end (the last call's answer): what the loop cost."""
-        calls = [int(self.before_call[a]) for a, _ in loops if self.before_call[a] >= 0]
-        answered = dict(con.execute(ANSWERED, {"ids": calls + [int(self.event_id[b])
-                                                                for _, b in loops]}).fetchall())
-        out = []
-        for a, b in loops:
-            before = float(self.before_ms[a])
-            if self.before_call[a] >= 0:
-                before = max(before, answered.get(int(self.before_call[a]), before))
-            lo = turn_start(before, float(self.t[a]), max_gap_s)
-            until = max(float(self.t[b]), answered.get(int(self.event_id[b]), float(self.t[b])))
-            out.append((ts(lo), ts(until)))
-        return out
+    def bounds(self, a: int, b: int) -> Bounds:
+        """The loop from its call `a` to its call `b` (indices): what came just before it,
+        found only for the loops (it would take as much memory as the actions)."""
+        r = self.rows
+        if self._marks is None:
+            self._marks = np.flatnonzero(r["own"] | r["told"])
+        at = a if self.pos is None else int(self.pos[a])
+        prev = int(anchors(r["g"], r["own"], r["told"], np.array([at]), self._marks)[0])
+        return Bounds(*self.groups[int(self.g[a])],
+                      float(r["t"][prev]) if prev >= 0 else math.nan,
+                      int(r["event_id"][prev]) if prev >= 0 and r["own"][prev] else -1,
+                      float(self.t[a]), float(self.t[b]), int(self.event_id[b]))
 
 
-def sequences(con: duckdb.DuckDBPyConnection) -> Sequences | None:
-    """The actions of every (actor, session) that made one call at least twice, or None when
-    there is none. Read once per connection (repeated_action and alternating_action read the
-    same ones in a scan); redefining its `events` forgets them."""
-    return _once(con, "stuck_sequences", lambda: _read(con, 2, True))
+def merged(groups: dict[int, tuple[str, str | None]], c: dict[str, np.ndarray]) -> Sequences:
+    """The Sequences of whole groups' merged rows (`c`: SEQUENCE's columns, in its order):
+    the actor's own actions, and what the others' rows mean for them."""
+    own, told = c["own"].astype(bool, copy=False), c["told"].astype(bool, copy=False)
+    # every row the actor's own (sessions of one actor): views, no copies
+    idx = slice(None) if own.all() else np.flatnonzero(own)
+    known = c["known"][idx].astype(bool, copy=False)
+    rows = {"g": c["g"], "t": c["t"], "event_id": c["event_id"], "own": own, "told": told}
+    return Sequences(
+        groups=groups, g=c["g"][idx], t=c["t"][idx], event_id=c["event_id"][idx],
+        akey=c["akey"][idx], fkey=c["fkey"][idx], known=known,
+        erred=c["erred"][idx].astype(bool, copy=False), loose=c["loose"][idx],
+        cut=interruptions(c["g"], own, told, known), rows=rows,
+        pos=None if isinstance(idx, slice) else idx)
 
 
-def _read(con: duckdb.DuckDBPyConnection, min_count: int, errors: bool) -> Sequences | None:
+def chunks(sizes: list[int], most: int) -> list[tuple[int, int]]:
+    """[lo, hi] ranges of consecutive groups (1, 2, …; `sizes[i]`: group i + 1's rows) of at
+    most `most` rows together, or of one group that has more."""
+    out: list[tuple[int, int]] = []
+    lo, rows = 1, 0
+    for g, n in enumerate(sizes, start=1):
+        if rows and rows + n > most:
+            out.append((lo, g - 1))
+            lo, rows = g, 0
+        rows += n
+    if sizes:
+        out.append((lo, len(sizes)))
+    return out
+
+
+def pieces(con: duckdb.DuckDBPyConnection, chunk_rows: int | None = None) -> Iterator[Sequences]:
+    """The actions of every (actor, session) that made one call at least twice, a piece of
+    whole groups at a time: the groups of about `chunk_rows` actions (default CHUNK_ROWS)
+    are read together, each batch copied out of Arrow as it comes, and sorted in numpy, so
+    what Python holds is a chunk or the largest group, and DuckDB nothing (a sort in DuckDB
+    holds the whole result until the last row is read, beside Python's copy). Nothing may
+    use `con` while this runs."""
     kinds = list(ACTION_KINDS)
-    found = con.sql(CANDIDATES, params={"kinds": kinds, "min_count": min_count,
-                                        "errors": errors}).to_arrow_table()
+    found = con.sql(CANDIDATES, params={"kinds": kinds}).to_arrow_table()
     if found.num_rows == 0:
-        return None
-    groups = {r["g"]: (r["actor"], r["session"]) for r in found.to_pylist()}
+        return
+    rows = sorted(found.to_pylist(), key=lambda r: r["g"])  # g: 1, 2, …
+    groups = {r["g"]: (r["actor"], r["session"]) for r in rows}
     con.register("_stuck_cand", found)
     try:
-        table = con.sql(SEQUENCE, params={"kinds": kinds, "told": list(TOLD_KINDS)}).to_arrow_table()
+        for lo, hi in chunks([r["n"] for r in rows], chunk_rows or CHUNK_ROWS):
+            reader = con.sql(SEQUENCE, params={"kinds": kinds, "told": list(TOLD_KINDS),
+                                               "lo": lo, "hi": hi}).to_arrow_reader(1 << 18)
+            cols = sorted_rows(reader)
+            if len(cols["t"]):
+                yield merged(groups, cols)
     finally:
         con.unregister("_stuck_cand")
-    g, t, eid = (db.arrow_numpy(table[c]) for c in ("g", "t", "event_id"))
-    order = np.lexsort((eid, t, g))
-    g, t, eid = g[order], t[order], eid[order]
-    own = db.arrow_numpy(table["own"])[order].astype(bool)
-    told = db.arrow_numpy(table["told"])[order].astype(bool)
-    idx = np.flatnonzero(own)
 
-    def col(name: str) -> np.ndarray:
-        # the actor's own rows (idx) have every column; Arrow's take would import pandas
-        return db.arrow_numpy(table[name], unused_nulls=True)[order[idx]]
 
-    known = col("known").astype(bool)
-    prev = anchors(g, own, told)
-    has = prev >= 0
-    at = np.maximum(prev, 0)
-    return Sequences(
-        groups=groups, g=g[idx], t=t[idx], event_id=eid[idx], akey=col("akey"),
-        fkey=col("fkey"), known=known, erred=col("erred").astype(bool), loose=col("loose"),
-        cut=interruptions(g, own, told, known),
-        before_ms=np.where(has, t[at].astype(float), np.nan),
-        before_call=np.where(has & own[at], eid[at], -1))
+def sorted_rows(reader) -> dict[str, np.ndarray]:
+    """SEQUENCE's rows as numpy columns in (group, time, event id) order: each batch copied
+    out of Arrow (a column read without a copy keeps its batch alive), the batches joined
+    and the columns put in order one at a time, each freed as it goes."""
+    parts: list[dict[str, np.ndarray]] = []
+    names: list[str] = []
+    for batch in reader:
+        names = batch.schema.names
+        # the actor's own rows have every column; the others' NULLs are never read
+        parts.append({name: db.arrow_numpy(batch.column(i), unused_nulls=True).copy()
+                      for i, name in enumerate(names)})
+    if not parts:
+        return {"t": np.zeros(0, dtype=np.int64)}
+    cols = {name: np.concatenate([p.pop(name) for p in parts]) for name in names}
+    del parts
+    order = np.lexsort((cols["event_id"], cols["t"], cols["g"]))
+    for name in names:
+        cols[name] = cols[name][order]
+    return cols
+
+
+def want(con: duckdb.DuckDBPyConnection, name: str, params, find: Finder) -> None:
+    """Have the next pass over the sequences (`loops`) run `find(piece, params)` too: a
+    detector's `prepare`, so that the detectors of one scan share one pass."""
+    _pass(con)["wanted"][(name, repr(params))] = (find, params)
+
+
+def loops(con: duckdb.DuckDBPyConnection, name: str, params, find: Finder,
+          chunk_rows: int | None = None) -> list:
+    """What `find(piece, params)` returns for every piece of the sequences (`pieces`), one
+    list in (group, time) order. One pass serves the detector asking and every one that
+    asked before (`want`): the actions are sorted and read once a scan; redefining `con`'s
+    `events` forgets what was found."""
+    state = _pass(con)
+    key = (name, repr(params))
+    if key not in state["found"]:
+        finders = state["wanted"] | {key: (find, params)}
+        state["wanted"] = {}
+        out: dict[tuple, list] = {k: [] for k in finders}
+        for piece in pieces(con, chunk_rows):
+            for k, (f, p) in finders.items():
+                out[k].extend(f(piece, p))
+        state["found"].update(out)
+    return state["found"][key]
+
+
+def _pass(con: duckdb.DuckDBPyConnection) -> dict:
+    return _once(con, "stuck_loops", lambda: {"wanted": {}, "found": {}})
 
 
 def resolved(seq: Sequences, hi: int, akeys: set, fkeys: set) -> bool | None:
@@ -374,12 +462,31 @@ def turns(con: duckdb.DuckDBPyConnection, spans: list[tuple[str, str | None, dt.
     return out
 
 
-def loop_turns(con: duckdb.DuckDBPyConnection, seq: Sequences, loops: list[tuple[int, int]],
-               max_gap_s: float) -> list[tuple[str, str | None, dt.datetime, dt.datetime, Turns]]:
-    """For loops (index of the first call, of the last): actor, session, where the turns over
-    it begin and end (`Sequences.turn_spans`), and what they cost."""
-    spans = [(*seq.groups[int(seq.g[a])], lo, until) for (a, _), (lo, until) in
-             zip(loops, seq.turn_spans(con, loops, max_gap_s), strict=True)]
+def turn_spans(con: duckdb.DuckDBPyConnection, loops: list[Bounds], max_gap_s: float
+               ) -> list[tuple[dt.datetime, dt.datetime]]:
+    """For each loop, where the actor's turns over it begin (exclusive: after the previous
+    action was answered, or the actor was last told something) and end (the last call's
+    answer): what the loop cost."""
+    calls = [b.before_call for b in loops if b.before_call >= 0]
+    answered = dict(con.execute(ANSWERED, {"ids": calls + [b.last_call for b in loops]}
+                                ).fetchall())
+    out = []
+    for b in loops:
+        before = b.before_ms
+        if b.before_call >= 0:
+            before = max(before, answered.get(b.before_call, before))
+        lo = turn_start(before, b.first_ms, max_gap_s)
+        until = max(b.last_ms, answered.get(b.last_call, b.last_ms))
+        out.append((ts(lo), ts(until)))
+    return out
+
+
+def loop_turns(con: duckdb.DuckDBPyConnection, loops: list[Bounds], max_gap_s: float
+               ) -> list[tuple[str, str | None, dt.datetime, dt.datetime, Turns]]:
+    """For each loop: actor, session, where the turns over it begin and end (`turn_spans`),
+    and what they cost."""
+    spans = [(b.actor, b.session, lo, until) for b, (lo, until) in
+             zip(loops, turn_spans(con, loops, max_gap_s), strict=True)]
     return [(*span, cost) for span, cost in zip(spans, turns(con, spans), strict=True)]
 
 

@@ -30,14 +30,17 @@ import datetime as dt
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 
 from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
     MAX_CYCLE,
+    Bounds,
     LoopParams,
     Pace,
+    Sequences,
     Shape,
     Turns,
     claim_sql,
@@ -47,9 +50,10 @@ from .actions import (
     first_calls,
     loop_severity,
     loop_turns,
+    loops,
     resolved,
-    sequences,
     ts,
+    want,
 )
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
 
@@ -116,26 +120,50 @@ class Cycle:
                      or any(s.args is not None for s in self.steps))
 
 
+@dataclass(frozen=True)
+class Found:
+    """A stretch as found in its piece of the sequences: what measure needs once they are
+    gone."""
+
+    steps: tuple[int, ...]  # the event ids of the cycle's calls, first time round
+    times: np.ndarray  # of its calls
+    known: bool  # every step's result is logged
+    ended_by_change: bool | None
+    batch_share: float
+    bounds: Bounds
+
+
+def stretches_in(seq: Sequences, p: Params) -> list[Found]:
+    """The cycling stretches of one piece of the sequences (whole groups)."""
+    return [Found(
+        steps=tuple(int(e) for e in seq.event_id[lo:lo + k]), times=seq.t[lo:hi].copy(),
+        known=bool(seq.known[lo:lo + k].all()),
+        ended_by_change=resolved(seq, hi, set(seq.akey[lo:lo + k]), set(seq.fkey[lo:lo + k])),
+        batch_share=max(distinct_share(seq.loose[lo + j:hi:k]) for j in range(k)),
+        bounds=seq.bounds(lo, hi - 1))
+        for lo, hi, k in cycles(seq.fkey, seq.t, seq.cut, p.max_cycle, p.min_cycles,
+                                p.max_gap_s * 1000)]
+
+
+def prepare(con: duckdb.DuckDBPyConnection, p: Params) -> None:
+    want(con, "alternating_action", p, stretches_in)  # one pass with repeated_action
+
+
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Cycle]:
-    seq = sequences(con)
-    if seq is None:
-        return []
-    found = cycles(seq.fkey, seq.t, seq.cut, p.max_cycle, p.min_cycles, p.max_gap_s * 1000)
+    found = loops(con, "alternating_action", p, stretches_in)
     if not found:
         return []
-    calls = first_calls(con, [int(seq.event_id[i]) for lo, _, k in found for i in range(lo, lo + k)])
-    spans = loop_turns(con, seq, [(lo, hi - 1) for lo, hi, _ in found], p.max_gap_s)
+    calls = first_calls(con, [i for f in found for i in f.steps])
+    spans = loop_turns(con, [f.bounds for f in found], p.max_gap_s)
     out = []
-    for (lo, hi, k), (actor, session, lo_t, until, cost) in zip(found, spans, strict=True):
+    for f, (actor, session, lo_t, until, cost) in zip(found, spans, strict=True):
         steps = [Step(c["action"], c["action_key"], c["args"], c["result"], c["error"], c["file"],
-                      c["line"]) for c in (calls[int(seq.event_id[i])] for i in range(lo, lo + k))]
+                      c["line"]) for c in (calls[i] for i in f.steps)]
         out.append(Cycle(
-            actor=actor, session=session, steps=steps, result_known=bool(seq.known[lo:lo + k].all()),
-            count=hi - lo, start=ts(seq.t[lo]), stop=ts(seq.t[hi - 1]), lo=lo_t, until=until,
-            pace=Pace.of(seq.t[lo:hi]),
-            ended_by_change=resolved(seq, hi, set(seq.akey[lo:lo + k]), set(seq.fkey[lo:lo + k])),
-            batch_share=max(distinct_share(seq.loose[lo + j:hi:k]) for j in range(k)),
-            turns=cost))
+            actor=actor, session=session, steps=steps, result_known=f.known,
+            count=len(f.times), start=ts(f.times[0]), stop=ts(f.times[-1]), lo=lo_t, until=until,
+            pace=Pace.of(f.times), ended_by_change=f.ended_by_change,
+            batch_share=f.batch_share, turns=cost))
     out.sort(key=lambda c: (c.start, c.actor, str(c.session)))
     return out
 
@@ -227,4 +255,5 @@ DETECTOR = Detector(
     needs=(("ts",), ("action",), ("actor",)),
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
+    prepare=prepare,
 )

@@ -44,8 +44,10 @@ from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
+    Bounds,
     LoopParams,
     Pace,
+    Sequences,
     Shape,
     Turns,
     claim_sql,
@@ -55,10 +57,11 @@ from .actions import (
     first_calls,
     loop_severity,
     loop_turns,
+    loops,
     merge_stretches,
     resolved,
-    sequences,
     ts,
+    want,
 )
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
 
@@ -110,34 +113,57 @@ class Run:
                      self.turns.tokens, described=self.result_known or self.args is not None)
 
 
-def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Run]:
-    seq = sequences(con)
-    if seq is None:
-        return []
+@dataclass(frozen=True)
+class Found:
+    """A run as found in its piece of the sequences: what measure needs once they are gone."""
+
+    calls: tuple[int, ...]  # the event ids of its first call and first repeat
+    times: np.ndarray  # of its calls
+    known: bool
+    between: int
+    ended_by_change: bool | None
+    batch_share: float
+    bounds: Bounds
+
+
+def runs_in(seq: Sequences, p: Params) -> list[Found]:
+    """The runs of one piece of the sequences (whole groups)."""
     pieces = [(lo, hi) for lo, hi in equal_runs(seq.fkey, seq.t, seq.cut, 2, p.max_gap_s * 1000)
               if not seq.erred[lo]]
-    found = []
+    out = []
     for group in merge_stretches(pieces, seq.fkey, seq.known, seq.cut, seq.t, p.max_between,
                                  p.max_gap_s * 1000):
         idx = np.concatenate([np.arange(lo, hi) for lo, hi in group])
-        if len(idx) >= p.min_count:
-            found.append(idx)
+        if len(idx) < p.min_count:
+            continue
+        lo, last = int(idx[0]), int(idx[-1])
+        out.append(Found(
+            calls=tuple(int(seq.event_id[i]) for i in idx[:2]), times=seq.t[idx],
+            known=bool(seq.known[lo]), between=int(last + 1 - lo - len(idx)),
+            ended_by_change=resolved(seq, last + 1, {seq.akey[lo]}, {seq.fkey[lo]}),
+            batch_share=distinct_share(seq.loose[idx]), bounds=seq.bounds(lo, last)))
+    return out
+
+
+def prepare(con: duckdb.DuckDBPyConnection, p: Params) -> None:
+    want(con, "repeated_action", p, runs_in)  # one pass over the actions with alternating_action
+
+
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Run]:
+    found = loops(con, "repeated_action", p, runs_in)
     if not found:
         return []
-    calls = first_calls(con, [int(seq.event_id[i]) for idx in found for i in idx[:2]])
-    spans = loop_turns(con, seq, [(int(i[0]), int(i[-1])) for i in found], p.max_gap_s)
+    calls = first_calls(con, [i for f in found for i in f.calls])
+    spans = loop_turns(con, [f.bounds for f in found], p.max_gap_s)
     out = []
-    for idx, (actor, session, lo_t, until, cost) in zip(found, spans, strict=True):
-        lo, last = int(idx[0]), int(idx[-1])
-        first, second = calls[int(seq.event_id[lo])], calls.get(int(seq.event_id[idx[1]]))
+    for f, (actor, session, lo_t, until, cost) in zip(found, spans, strict=True):
+        first, second = calls[f.calls[0]], calls.get(f.calls[1]) if len(f.calls) > 1 else None
         out.append(Run(
             actor=actor, session=session, action=first["action"], action_key=first["action_key"],
-            args=first["args"], result=first["result"], result_known=bool(seq.known[lo]),
-            count=len(idx), start=ts(seq.t[lo]), stop=ts(seq.t[last]), lo=lo_t, until=until,
-            pace=Pace.of(seq.t[idx]), between=int(last + 1 - lo - len(idx)),
-            ended_by_change=resolved(seq, last + 1, {seq.akey[lo]}, {seq.fkey[lo]}),
-            batch_share=distinct_share(seq.loose[idx]), turns=cost,
-            first=(first["file"], first["line"]),
+            args=first["args"], result=first["result"], result_known=f.known,
+            count=len(f.times), start=ts(f.times[0]), stop=ts(f.times[-1]), lo=lo_t, until=until,
+            pace=Pace.of(f.times), between=f.between, ended_by_change=f.ended_by_change,
+            batch_share=f.batch_share, turns=cost, first=(first["file"], first["line"]),
             second=(second["file"], second["line"]) if second else None))
     out.sort(key=lambda r: (r.start, r.actor, str(r.session), str(r.action)))
     return out
@@ -225,4 +251,5 @@ DETECTOR = Detector(
     needs=(("ts",), ("action",), ("actor",)),
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
+    prepare=prepare,
 )
