@@ -79,3 +79,25 @@ def test_spill_folders_go_with_their_database_and_their_process(monkeypatch, tmp
     del con
     gc.collect()
     assert not folder.exists() and folder.parent.exists()
+
+
+def test_a_scan_leaves_room_for_what_python_holds(monkeypatch, tmp_path):
+    """The budget is the process's: a scan gives DuckDB SCAN_SHARE of it, unless
+    LOOPHOUND_MEMORY_LIMIT names DuckDB's bound."""
+    from loophound.ingest import ingest
+    from loophound.scan import scan_store
+    from loophound.store import Store
+
+    monkeypatch.delenv(db.MEMORY_ENV, raising=False)
+    budget = int(db.memory_limit().removesuffix("MiB"))
+    mib = int(budget * db.SCAN_SHARE)
+    assert db.leave_room_for_python(db.connect()) == f"{mib}MiB" and mib < budget
+    log = tmp_path / "agent.jsonl"
+    log.write_text(json.dumps({"ts": 1767600000, "from": "a", "to": "b"}) + "\n")
+    ingest([str(log)], Store(tmp_path / "st"))
+    con = scan_store(Store(tmp_path / "st"), save=False).con
+    assert setting(con, "memory_limit") == f"{mib:.1f} MiB"
+    monkeypatch.setenv(db.MEMORY_ENV, "300MiB")
+    con = scan_store(Store(tmp_path / "st"), save=False).con
+    assert setting(con, "memory_limit") == "300.0 MiB"
+    con.execute(f"SET memory_limit = '{mib}MiB'")  # the process's shared database, as it was

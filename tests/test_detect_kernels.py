@@ -473,3 +473,11 @@ def test_a_forest_process_that_is_not_needed_is_ended():
     proc = ua._FOREST.proc
     ua._FOREST.close()
     assert ua._FOREST.proc is None and proc.returncode is not None
+
+
+def test_a_retry_run_is_checked_against_the_sorted_ids_a_consecutive_run_covers():
+    covered = np.array([3, 8, 20, 41])
+    assert re_.any_in(np.array([7, 20]), covered)
+    assert re_.any_in(np.array([41]), covered) and re_.any_in(np.array([3]), covered)
+    assert not re_.any_in(np.array([1, 9, 42, 50]), covered)
+    assert not re_.any_in(np.array([5]), re_.NONE) and not re_.any_in(re_.NONE, covered)

@@ -50,16 +50,44 @@ def memory_limit() -> str:
     of it tables DuckDB can just as well spill. Why not less: spilling costs time, and at
     512 MiB attribution at 10× spilled most of its tables (its CPU time 18 s → 31 s, and
     three times the wall time), while at 1 GiB it stays about as fast as unbounded."""
+    given = _given_limit()
+    return given if given else f"{_budget() // 2**20}MiB"
+
+
+def _given_limit() -> str:
     given = os.environ.get(MEMORY_ENV, "").strip()
-    if given:
-        if not _SIZE.fullmatch(given):
-            raise ConfigError(f"{MEMORY_ENV}={given!r} is not a size such as 2GB or 512MiB")
-        return given
+    if given and not _SIZE.fullmatch(given):
+        raise ConfigError(f"{MEMORY_ENV}={given!r} is not a size such as 2GB or 512MiB")
+    return given
+
+
+def _budget() -> int:
+    """An eighth of the machine's memory, between MIN_MEMORY and MAX_MEMORY, in bytes."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, OSError, ValueError):  # not on every system: the upper bound
         total = 8 * MAX_MEMORY
-    return f"{min(max(total // 8, MIN_MEMORY), MAX_MEMORY) // 2**20}MiB"
+    return min(max(total // 8, MIN_MEMORY), MAX_MEMORY)
+
+
+# DuckDB's share of the budget during a scan; the rest is for what Python holds beside it
+SCAN_SHARE = 5 / 8
+
+
+def leave_room_for_python(con: duckdb.DuckDBPyConnection) -> str:
+    """Bound DuckDB (the whole database of `con`) to SCAN_SHARE of `memory_limit()`, unless
+    LOOPHOUND_MEMORY_LIMIT sets DuckDB's bound itself; returns the bound.
+
+    Why: the budget is the process's, and during a scan Python holds, beside DuckDB, the
+    interpreter and its libraries (about 150 MB) and a detector's arrays (a chunk of the
+    stuck detectors' actions, or one storm's: about 300 MB at 10× the incident), while
+    attribution's tables fill DuckDB to its bound: at 1 GiB a scan of 10× the incident
+    peaked at 1.3-1.4 GB. At 640 MiB it stays under 1 GB; attribution spills more there
+    (at 10×, 1.5× its CPU time), and a scan of a log that fits is not slower."""
+    given = _given_limit()
+    bound = given if given else f"{int(_budget() * SCAN_SHARE) // 2**20}MiB"
+    con.execute(f"SET memory_limit = {sql_literal(bound)}")
+    return bound
 
 
 _SPILL: list[str] = []  # this process's spill folder, made on first use, removed at exit

@@ -92,6 +92,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         since = min(since, own) if own is not None else since
         only = only or alerting_detectors(alert_on)
     con = store.connect(since)
+    db.leave_room_for_python(con)  # what the detectors hold in Python is the process's too
     findings = detect(con, params, only)
     goes_on = None
     if since is not None:
