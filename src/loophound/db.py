@@ -71,7 +71,7 @@ def _budget() -> int:
 
 
 # DuckDB's share of the budget during a scan; the rest is for what Python holds beside it
-SCAN_SHARE = 5 / 8
+SCAN_SHARE = 9 / 16
 
 
 def leave_room_for_python(con: duckdb.DuckDBPyConnection) -> str:
@@ -82,8 +82,10 @@ def leave_room_for_python(con: duckdb.DuckDBPyConnection) -> str:
     interpreter and its libraries (about 150 MB) and a detector's arrays (a chunk of the
     stuck detectors' actions, or one storm's: about 300 MB at 10× the incident), while
     attribution's tables fill DuckDB to its bound: at 1 GiB a scan of 10× the incident
-    peaked at 1.3-1.4 GB. At 640 MiB it stays under 1 GB; attribution spills more there
-    (at 10×, 1.5× its CPU time), and a scan of a log that fits is not slower."""
+    peaked at 1.26-1.38 GB, at 640 MiB 0.91-0.99 GB, at 576 MiB (9/16) 0.91 GB. Attribution
+    spills more there: its CPU time at 10×, single runs under load, 19.9-23.0 s at 1 GiB,
+    21.0 s at 576 MiB, 38.2 s at 512 MiB (docs/benchmarks.md); a log that fits is not
+    slowed."""
     given = _given_limit()
     bound = given if given else f"{int(_budget() * SCAN_SHARE) // 2**20}MiB"
     con.execute(f"SET memory_limit = {sql_literal(bound)}")
