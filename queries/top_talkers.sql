@@ -7,10 +7,10 @@
 -- param: limit = 20  -- rows to return
 -- param: file: str = null  -- only this input file (default: every file)
 -- param: no_actor = false  -- also list the lines that name no actor, as one row with no actor
-WITH copies AS (  -- a message both parties stored (same kind and id): the copies after the first
+WITH copies AS (  -- a message both parties stored (same format, kind and id): the copies after the first
   SELECT event_id FROM events
   WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL
-  QUALIFY event_id <> min(event_id) OVER (PARTITION BY kind, corr_id)
+  QUALIFY event_id <> min(event_id) OVER (PARTITION BY format, kind, corr_id)
 ),
 lines AS (
   SELECT e.actor, e.target, e.session, e.kind, e.format, e.ts, e.byte_length,

@@ -990,3 +990,24 @@ def test_docs_cover_every_view_column_and_query(con):
             assert f"| `{p.name}` | {p.type} |" in doc, (q.name, p.name)
     for command in ("loophound sql", "loophound shell", "loophound query"):
         assert command in doc
+
+
+def test_a_message_id_two_formats_share_is_two_messages_everywhere(tmp_path):
+    """A message is stored twice when both parties keep it (sven, one copy per node), and only
+    its own format says so: a generic log that happens to reuse a sven message id is another
+    message. The scan's totals and the named queries count it alike."""
+    from loophound import api
+
+    node = tmp_path / "node-a"
+    shutil.copytree(SAMPLES / "sven" / "node-a", node)
+    first = json.loads(next(node.glob("peers/*.jsonl")).read_text().splitlines()[0])
+    other = tmp_path / "relay.jsonl"
+    other.write_text(json.dumps({"ts": first["timestamp"], "kind": "message", "actor": "relay",
+                                 "target": "gw", "message_id": first["message_id"]}) + "\n")
+    store = tmp_path / "store"
+    api.ingest([str(node), str(other)], store)
+    result = api.scan(store, save=False)
+    totals = result.document["totals"]
+    talkers = queries.records(result.con, "top_talkers", limit=1 << 30, no_actor=True)
+    assert sum(r["events"] for r in talkers) == totals["events"]
+    assert any(r["actor"] == "relay" and r["events"] == 1 for r in talkers)

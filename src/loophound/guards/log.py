@@ -340,7 +340,7 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
     # a message both ends stored: the copies after the first stored (lowest event id, as
     # attribution counts them) are not actions and are not judged
     copies = con.sql("""SELECT g.pos, f.pos AS first FROM (
-        SELECT event_id, min(event_id) OVER (PARTITION BY kind, corr_id) AS canon
+        SELECT event_id, min(event_id) OVER (PARTITION BY format, kind, corr_id) AS canon
         FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL) c
         JOIN _guard_ev g USING (event_id) JOIN _guard_ev f ON f.event_id = c.canon
         WHERE c.event_id <> c.canon""").to_arrow_table()
