@@ -552,3 +552,31 @@ def test_keys_and_merges_of_chunks_mapped_ahead_are_those_of_the_careful_path(
     extra, key = columns.index("extra"), columns.index("action_key")
     assert sum(1 for r in ahead[0] if r[key]) > 200  # keys were computed, not left out
     assert any(r[extra] and "ünknown" in r[extra] for r in ahead[0])
+
+
+def test_duckdb_has_its_threads_back_after_a_read_mapped_ahead(tmp_path, monkeypatch):
+    """While a read maps ahead DuckDB runs each query on one thread; afterwards the process's
+    database has the threads it had (a scan in the same process, `investigate`, uses them)."""
+    from loophound import db
+    from loophound import ingest as ingest_module
+    from loophound.synth.bproxy_variants import variant, write_bproxy_variant
+
+    log = tmp_path / "daemon.log"
+    write_bproxy_variant(log, variant("id"), storm_requests=100, storm_hours=10 / 3600,
+                         session_minutes=0.5)
+    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
+    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
+    con = db.scratch()
+    con.execute("SET threads = 3")
+    during = []
+    map_ahead = ingest_module._MapAhead._map
+    monkeypatch.setattr(ingest_module._MapAhead, "_map", lambda self, batch: during.append(
+        self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        or map_ahead(self, batch))
+    try:
+        assert ingest([str(log)], Store(tmp_path / "s")).events > 100
+        assert during and set(during) == {1}
+        assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
+    finally:
+        con.execute("RESET threads")
+        con.close()
