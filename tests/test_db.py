@@ -101,3 +101,23 @@ def test_a_scan_leaves_room_for_what_python_holds(monkeypatch, tmp_path):
     con = scan_store(Store(tmp_path / "st"), save=False).con
     assert setting(con, "memory_limit") == "300.0 MiB"
     con.execute(f"SET memory_limit = '{mib}MiB'")  # the process's shared database, as it was
+
+
+def test_an_ingest_after_a_scan_in_one_process_has_the_whole_budget(monkeypatch, tmp_path):
+    """`watch` ingests and scans in one process: the scan's share is not the next ingest's."""
+    from loophound.ingest import ingest
+    from loophound.scan import scan_store
+    from loophound.store import Store
+
+    monkeypatch.delenv(db.MEMORY_ENV, raising=False)
+    budget = int(db.memory_limit().removesuffix("MiB"))
+    log = tmp_path / "agent.jsonl"
+    log.write_text(json.dumps({"ts": 1767600000, "from": "a", "to": "b"}) + "\n")
+    ingest([str(log)], Store(tmp_path / "st"))
+    con = scan_store(Store(tmp_path / "st"), save=False).con
+    assert setting(con, "memory_limit") == f"{int(budget * db.SCAN_SHARE):.1f} MiB"
+    with log.open("a") as fh:
+        fh.write(json.dumps({"ts": 1767600001, "from": "b", "to": "a"}) + "\n")
+    ingest([str(log)], Store(tmp_path / "st"))
+    shown, unit = setting(db.scratch(), "memory_limit").split()
+    assert float(shown) * {"MiB": 1, "GiB": 1024}[unit] == budget

@@ -92,6 +92,17 @@ def leave_room_for_python(con: duckdb.DuckDBPyConnection) -> str:
     return bound
 
 
+def use_whole_budget(con: duckdb.DuckDBPyConnection) -> str:
+    """Give DuckDB (the whole database of `con`) all of `memory_limit()` again; returns it.
+
+    Why: a scan's bound (`leave_room_for_python`) is the whole shared database's, so in a
+    process that goes on after a scan (`watch`: ingest, scan, ingest, ...) the next ingest
+    would run at the scan's share. Ingest holds little in Python beside DuckDB."""
+    bound = memory_limit()
+    con.execute(f"SET memory_limit = {sql_literal(bound)}")
+    return bound
+
+
 _SPILL: list[str] = []  # this process's spill folder, made on first use, removed at exit
 _SPILL_PREFIX = "loophound-spill-"
 

@@ -360,6 +360,7 @@ def ingest_files(files: list[tuple[Path, str]], passed_over: list[tuple[str, str
     read elsewhere (a Spark task's staging store) gives each file the input id, and so the
     event ids, the whole run gives it."""
     report = IngestReport()
+    db.use_whole_budget(db.scratch())  # after a scan in this process (watch), not its share
     for name, reason in passed_over:
         report.files.append(FileReport(name, status="skipped", skipped_reason=reason))
     total = sum(p.stat().st_size for p, _ in files)
