@@ -118,6 +118,14 @@ def chapter(name: str) -> str:
     return path.read_text().strip() if path.exists() else ""
 
 
+def summary(name: str) -> str:
+    """A chapter up to its `<!-- details ... -->` line (the rest is for docs/ readers only),
+    with a link to the whole: the README keeps where things stand, not every run."""
+    text = chapter(name)
+    head, cut, _ = text.partition("<!-- details")
+    return head.rstrip() + (f"\n\nThe whole chapter: [docs/{name}](docs/{name})." if cut else "")
+
+
 def fill(text: str, marker: str, body: str) -> str:
     """Replace the block after `<!-- MARKER -->` up to `<!-- /MARKER -->` (kept for reruns)."""
     block = f"<!-- {marker} -->\n{body}\n<!-- /{marker} -->"
@@ -131,7 +139,7 @@ def build(text: str) -> str:
     text = fill(text, "DETECTORS", detectors())
     text = fill(text, "SQL", chapter("sql.md"))
     text = fill(text, "REPORT", chapter("report.md"))
-    text = fill(text, "BENCH", chapter("benchmarks.md"))
+    text = fill(text, "BENCH", summary("benchmarks.md"))
     text = fill(text, "GUARDS", chapter("guards.md"))
     text = fill(text, "GUARD_TYPES", guard_types())
     text = fill(text, "GUARD_PRESETS", guard_presets())
