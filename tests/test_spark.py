@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -257,3 +259,75 @@ def test_tied_formats_are_one_group_on_spark(spark):
 
     got = grouped(events, ("format",), {"b": "a"}).applyInArrow(formats, "ids string").collect()
     assert sorted(r["ids"] for r in got) == ["1,2,4", "3"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def connect_server(spark, tmp_path_factory):
+    """A Spark Connect server on this machine (loopback only), started as a user starts one
+    (PySpark's `sbin/start-connect-server.sh`, `local[2]`): its address `sc://127.0.0.1:port`
+    and the folder of its log."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    run = tmp_path_factory.mktemp("connect")
+    port = _free_port()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_PID_DIR": str(run),
+           "SPARK_LOG_DIR": str(run), "PYSPARK_PYTHON": sys.executable,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run(["bash", str(home / "sbin" / "start-connect-server.sh"), "--master",
+                    "local[2]", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                    "--conf", f"spark.connect.grpc.binding.port={port}",
+                    "--conf", "spark.sql.session.timeZone=UTC"], env=env, check=True,
+                   capture_output=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    logs = "".join(p.read_text() for p in run.glob("*.out"))
+                    pytest.fail(f"the Spark Connect server did not start:\n{logs[-3000:]}")
+                time.sleep(1)
+        yield f"sc://127.0.0.1:{port}", run
+    finally:
+        subprocess.run(["bash", str(home / "sbin" / "stop-connect-server.sh")], env=env,
+                       capture_output=True)
+
+
+def test_spark_connect_ingests_and_scans_as_the_default_engine(connect_server, tmp_path):
+    """`--spark-master sc://...` (Spark Connect): the engine's DataFrames, Arrow functions and
+    reads go through the Connect client, and every detector's findings are the default's."""
+    logs = str(ROOT / "sample_logs")
+    store = str(tmp_path / "store")
+    address, server_logs = connect_server
+    engine = ["--engine", "spark", "--spark-master", address]
+
+    def loophound(*args: str) -> subprocess.CompletedProcess:
+        # a process of its own, as a user runs it: this one already has a classic session,
+        # beside which PySpark starts no Connect session
+        return subprocess.run([sys.executable, "-m", "loophound.cli", *args], text=True,
+                              capture_output=True, timeout=600)
+
+    got = loophound("ingest", logs, "--store", store, *engine)
+    assert got.returncode == 0, got.stdout + got.stderr
+    got = loophound("scan", "--store", store, "--json", "-", *engine)
+    assert got.returncode == 1, got.stdout + got.stderr  # the bproxy storm is critical
+    doc = json.loads(got.stdout[got.stdout.index("{"):])
+    default = CliRunner().invoke(app, ["scan", logs, "--store", str(tmp_path / "default"),
+                                       "--json", "-"])
+    expected = json.loads(default.stdout[default.stdout.index("{"):])
+    for d in (doc, expected):
+        d.pop("generated_at", None)
+    assert {f["detector"] for f in doc["findings"]} == set(DETECTORS)
+    assert doc == expected
+    # the server ran the work: the ingest's tasks and the scan's groups (applyInArrow)
+    log = "".join(p.read_text() for p in server_logs.glob("*.out"))
+    assert "Spark Connect - session_id" in log and "FlatMapGroupsInBatchExec" in log
