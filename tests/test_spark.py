@@ -186,13 +186,21 @@ def test_the_command_line_ingests_and_scans_on_spark(spark, tmp_path):
     assert got.exit_code == 0, got.output
     got = CliRunner().invoke(app, ["scan", "--store", store, "--json", "-", *engine])
     assert got.exit_code == 1, got.output  # the storm is critical
-    doc = json.loads(got.stdout[got.stdout.index("{"):])
-    default = CliRunner().invoke(app, ["scan", logs, "--store", str(tmp_path / "default"),
-                                       "--json", "-"])
-    expected = json.loads(default.stdout[default.stdout.index("{"):])
-    for d in (doc, expected):
-        d.pop("generated_at", None)
-    assert doc["findings"] and doc == expected
+    doc = _json_of(got.stdout)
+    assert doc["findings"] and doc == _default_scan(logs, tmp_path / "default")
+
+
+def _json_of(stdout: str) -> dict:
+    """The findings document `scan --json -` printed, without its time stamp."""
+    doc = json.loads(stdout[stdout.index("{"):])
+    doc.pop("generated_at", None)
+    return doc
+
+
+def _default_scan(logs: str, store: Path) -> dict:
+    """`loophound scan LOGS --json -` on the default engine, into a new store."""
+    return _json_of(CliRunner().invoke(app, ["scan", logs, "--store", str(store),
+                                             "--json", "-"]).stdout)
 
 
 def _found(events, inputs, names: list[str]) -> list[tuple]:
@@ -320,14 +328,9 @@ def test_spark_connect_ingests_and_scans_as_the_default_engine(connect_server, t
     assert got.returncode == 0, got.stdout + got.stderr
     got = loophound("scan", "--store", store, "--json", "-", *engine)
     assert got.returncode == 1, got.stdout + got.stderr  # the bproxy storm is critical
-    doc = json.loads(got.stdout[got.stdout.index("{"):])
-    default = CliRunner().invoke(app, ["scan", logs, "--store", str(tmp_path / "default"),
-                                       "--json", "-"])
-    expected = json.loads(default.stdout[default.stdout.index("{"):])
-    for d in (doc, expected):
-        d.pop("generated_at", None)
+    doc = _json_of(got.stdout)
     assert {f["detector"] for f in doc["findings"]} == set(DETECTORS)
-    assert doc == expected
+    assert doc == _default_scan(logs, tmp_path / "default")
     # the server ran the work: the ingest's tasks and the scan's groups (applyInArrow)
     log = "".join(p.read_text() for p in server_logs.glob("*.out"))
     assert "Spark Connect - session_id" in log and "FlatMapGroupsInBatchExec" in log
