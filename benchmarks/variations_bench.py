@@ -278,10 +278,7 @@ def bench_scan(name: str, log: Path, work: Path, repeat: int, against: Path | No
             f"processes; {v[-1].get('peak_rss_mb', 0):,.0f} MB; {v[-1].get('findings')} findings)"
             + (f" failed: {v[-1]['error']}" if "error" in v[-1] else "")
             for k, v in runs.items()), flush=True)
-    med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
-           for k, v in runs.items() if any("seconds" in r for r in v)}
-    cpu = {k: statistics.median(r["cpu_seconds"] for r in v if "cpu_seconds" in r)
-           for k, v in runs.items() if any("cpu_seconds" in r for r in v)}
+    med, cpu = medians(runs, "seconds"), medians(runs, "cpu_seconds")
     rss = {k: max(r.get("peak_rss_mb", 0) for r in v) for k, v in runs.items()}
     same = len({json.dumps({k: r.get(k) for k in ("findings", "repeated_error")})
                 for v in runs.values() for r in v}) == 1
@@ -292,6 +289,12 @@ def bench_scan(name: str, log: Path, work: Path, repeat: int, against: Path | No
     return {"variant": name, "median_seconds": med, "median_cpu_seconds": cpu,
             "peak_rss_mb": rss, "same_findings": same,
             "runs": runs}
+
+
+def medians(runs: dict[str, list[dict]], figure: str) -> dict[str, float]:
+    """Per side, the median of `figure` over the rounds that measured it."""
+    return {k: statistics.median(r[figure] for r in v if figure in r)
+            for k, v in runs.items() if any(figure in r for r in v)}
 
 
 def bench_investigate(name: str, log: Path, work: Path, repeat: int,
@@ -315,10 +318,7 @@ def bench_investigate(name: str, log: Path, work: Path, repeat: int,
             + ("*" if v[-1].get("sample_size") == "whole file" else "")
             + (f" failed: {v[-1]['error']}" if "error" in v[-1] else "")
             for k, v in runs.items()), flush=True)
-    med = {k: statistics.median(r["seconds"] for r in v if "seconds" in r)
-           for k, v in runs.items() if any("seconds" in r for r in v)}
-    cpu = {k: statistics.median(r["cpu_seconds"] for r in v if "cpu_seconds" in r)
-           for k, v in runs.items() if any("cpu_seconds" in r for r in v)}
+    med, cpu = medians(runs, "seconds"), medians(runs, "cpu_seconds")
     print(f"  {name} median: " + ", ".join(
         f"{k} {m:.2f} s (CPU {cpu.get(k, float('nan')):.1f} s"
         + (f"; {m / med['baseline']:.2f}× DuckDB" if k != "baseline" else "") + ")"
