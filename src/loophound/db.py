@@ -40,9 +40,10 @@ MIN_MEMORY, MAX_MEMORY = 256 * 2**20, 2**30
 _SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?\s*", re.IGNORECASE)
 
 
-def memory_limit() -> str:
+def memory_limit(share: float = 1.0) -> str:
     """How much memory DuckDB may use before it writes to its spill folder: an eighth of the
-    machine's memory, between 256 MiB and 1 GiB, unless LOOPHOUND_MEMORY_LIMIT says otherwise.
+    machine's memory, between 256 MiB and 1 GiB (`share` of that), unless
+    LOOPHOUND_MEMORY_LIMIT says otherwise.
 
     Why not DuckDB's own default (80 % of the machine): loophound is a command run beside
     other work, and what it keeps in DuckDB (a scan's per-event tables, ingest's look-back
@@ -51,7 +52,7 @@ def memory_limit() -> str:
     512 MiB attribution at 10× spilled most of its tables (its CPU time 18 s → 31 s, and
     three times the wall time), while at 1 GiB it stays about as fast as unbounded."""
     given = _given_limit()
-    return given if given else f"{_budget() // 2**20}MiB"
+    return given if given else f"{int(_budget() * share) // 2**20}MiB"
 
 
 def _given_limit() -> str:
@@ -86,10 +87,7 @@ def leave_room_for_python(con: duckdb.DuckDBPyConnection) -> str:
     spills more there: its CPU time at 10×, single runs under load, 19.9-23.0 s at 1 GiB,
     21.0 s at 576 MiB, 38.2 s at 512 MiB (docs/benchmarks.md); a log that fits is not
     slowed."""
-    given = _given_limit()
-    bound = given if given else f"{int(_budget() * SCAN_SHARE) // 2**20}MiB"
-    con.execute(f"SET memory_limit = {sql_literal(bound)}")
-    return bound
+    return _bound(con, SCAN_SHARE)
 
 
 def use_whole_budget(con: duckdb.DuckDBPyConnection) -> str:
@@ -98,7 +96,11 @@ def use_whole_budget(con: duckdb.DuckDBPyConnection) -> str:
     Why: a scan's bound (`leave_room_for_python`) is the whole shared database's, so in a
     process that goes on after a scan (`watch`: ingest, scan, ingest, ...) the next ingest
     would run at the scan's share. Ingest holds little in Python beside DuckDB."""
-    bound = memory_limit()
+    return _bound(con, 1.0)
+
+
+def _bound(con: duckdb.DuckDBPyConnection, share: float) -> str:
+    bound = memory_limit(share)
     con.execute(f"SET memory_limit = {sql_literal(bound)}")
     return bound
 
