@@ -90,7 +90,7 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
     """Run every detector (or `only` these) over the views in `con`."""
     present = event_kinds(con)
     names = [n for n, d in DETECTORS.items() if (not only or n in only)
-             and (not d.reads or present.intersection(d.reads))]
+             and d.has_to_read(present)]
     for name in names:
         if DETECTORS[name].prepare is not None:
             DETECTORS[name].prepare(con, params[name])

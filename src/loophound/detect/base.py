@@ -131,6 +131,10 @@ class Detector:
     parts: Callable[[duckdb.DuckDBPyConnection, Any], list[Any]] | None = None
     gather: Callable[[duckdb.DuckDBPyConnection, list[Any], Any], list[Finding]] | None = None
 
+    def has_to_read(self, present: set[str]) -> bool:
+        """Whether events of the kinds `present` give it anything to read (`reads`)."""
+        return not self.reads or bool(present.intersection(self.reads))
+
     def __post_init__(self) -> None:
         Severity(self.max_severity)  # a word that is not a severity or an event kind is a bug
         for kind in self.reads:

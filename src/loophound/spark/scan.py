@@ -47,8 +47,7 @@ def on_spark(only: list[str] | None = None,
                                 f"{', '.join(DETECTORS)}")
     by_key: dict[tuple[str, ...], list[str]] = {}
     for n, d in DETECTORS.items():
-        if (only and n not in only) or (present is not None and d.reads
-                                        and not present.intersection(d.reads)):
+        if (only and n not in only) or (present is not None and not d.has_to_read(present)):
             continue
         if not d.partition_by:  # a bug in the detector's declaration, not the user's
             raise ValueError(f"detector {n} declares no partition_by")
@@ -157,8 +156,8 @@ def _group_task(names: list[str], params: dict, inputs: pa.Table):
         try:
             found = run_detectors(con, params, whole) if whole else []
             present = event_kinds(con)
-            parts = [(n, part) for n in two_step if present.intersection(DETECTORS[n].reads)
-                     or not DETECTORS[n].reads for part in DETECTORS[n].parts(con, params[n])]
+            parts = [(n, part) for n in two_step if DETECTORS[n].has_to_read(present)
+                     for part in DETECTORS[n].parts(con, params[n])]
         finally:
             con.close()
         rows = [(f.detector, pickle.dumps(f)) for f in found] + [
