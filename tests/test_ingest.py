@@ -428,6 +428,26 @@ def test_a_rewritten_companion_replaces_its_rows_and_their_files(tmp_path):
     assert len(now - files) == 1 and len(files - now) == 1  # the old rows' file went too
 
 
+def small_chunks(monkeypatch) -> None:
+    """A log read alone (not with other small files), in 16 KiB chunks holding back 20
+    lines: a small log goes through every step a large one does, many times."""
+    from loophound import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
+    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
+
+
+def read_chunked(log: Path, root: Path) -> tuple[Store, list[tuple], list[str]]:
+    """`log` ingested into a new store at `root`: the store, its events (every column but
+    `file`, in event order) and the file's warnings."""
+    store = Store(root)
+    report = ingest([str(log)], store)
+    rows = store.connect().execute(
+        "SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall()
+    return store, rows, report.files[0].warnings
+
+
 @pytest.mark.parametrize("id_key", ["req_id", None])
 def test_the_index_of_read_rows_kept_on_disk_changes_nothing(tmp_path, monkeypatch, id_key):
     """Past SPILL_ROWS the narrow index of a read's rows (which responses look back into)
@@ -442,18 +462,13 @@ def test_the_index_of_read_rows_kept_on_disk_changes_nothing(tmp_path, monkeypat
     with log.open("a") as fh:  # a step back in time and a line without one, late in the log
         fh.write(json.dumps({"event": "received", "time": 1000, "pid": 1, "action": "x"}) + "\n")
         fh.write(json.dumps({"event": "received", "pid": 1, "action": "y"}) + "\n")
-    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
-    monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
-    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)  # read alone, chunk by chunk
+    small_chunks(monkeypatch)
 
     def read(name: str) -> tuple:
-        store = Store(tmp_path / name)
-        report = ingest([str(log)], store)
-        con = store.connect()
-        rows = con.execute("SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall()
-        outcomes = con.execute("SELECT * FROM requests ORDER BY 1").fetchall()
+        store, rows, warnings = read_chunked(log, tmp_path / name)
+        outcomes = store.connect().execute("SELECT * FROM requests ORDER BY 1").fetchall()
         assert not any((store.root / "scratch").glob("*"))
-        return rows, outcomes, report.files[0].warnings
+        return rows, outcomes, warnings
 
     in_memory = read("memory")
     monkeypatch.setattr(ingest_module, "SPILL_ROWS", 150)
@@ -484,9 +499,7 @@ def test_chunks_mapped_ahead_give_what_chunks_mapped_in_turn_give(tmp_path, monk
     lines[700:700] = [b'{"event": "received", "time": 1781826140544, "pid": \n',
                       b'{"event": "response", "time": 1781826140545, "pid": 7, "ok": true}\n']
     log.write_bytes(b"".join(lines))
-    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
-    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
-    monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
+    small_chunks(monkeypatch)
     taken = []
     take = ingest_module._Mapper.take
     monkeypatch.setattr(ingest_module._Mapper, "take",
@@ -494,12 +507,10 @@ def test_chunks_mapped_ahead_give_what_chunks_mapped_in_turn_give(tmp_path, monk
                             self, batch, mapped))
 
     def read(name: str) -> tuple:
-        store = Store(tmp_path / name)
-        report = ingest([str(log)], store)
-        con = store.connect()
-        rows = con.execute("SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall()
-        bad = con.execute("SELECT line, reason FROM quarantine ORDER BY line").fetchall()
-        return rows, bad, report.files[0].warnings
+        store, rows, warnings = read_chunked(log, tmp_path / name)
+        bad = store.connect().execute(
+            "SELECT line, reason FROM quarantine ORDER BY line").fetchall()
+        return rows, bad, warnings
 
     ahead = read("ahead")
     assert len(taken) > 10 and sum(taken) == 1  # mapped ahead, but the cut line's chunk
@@ -533,20 +544,10 @@ def test_keys_and_merges_of_chunks_mapped_ahead_are_those_of_the_careful_path(
     lines[300:300] = [json.dumps(r, ensure_ascii=i == 0).encode() + b"\n"
                       for i, r in enumerate(odd)]
     log.write_bytes(b"".join(lines))
-    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
-    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
-    monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
-
-    def read(store_name: str) -> tuple:
-        store = Store(tmp_path / store_name)
-        report = ingest([str(log)], store)
-        con = store.connect()
-        rows = con.execute("SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall()
-        return rows, report.files[0].warnings
-
-    ahead = read("ahead")
+    small_chunks(monkeypatch)
+    ahead = read_chunked(log, tmp_path / "ahead")[1:]
     monkeypatch.setattr(ingest_module._MapAhead, "_map", lambda self, batch: None)
-    careful = read("careful")
+    careful = read_chunked(log, tmp_path / "careful")[1:]
     assert ahead == careful
     columns = [c.name for c in COLUMNS if c.name != "file"]
     extra, key = columns.index("extra"), columns.index("action_key")
@@ -564,8 +565,7 @@ def test_duckdb_has_its_threads_back_after_a_read_mapped_ahead(tmp_path, monkeyp
     log = tmp_path / "daemon.log"
     write_bproxy_variant(log, variant("id"), storm_requests=100, storm_hours=10 / 3600,
                          session_minutes=0.5)
-    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
-    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
+    small_chunks(monkeypatch)
     con = db.scratch()
     con.execute("SET threads = 3")
     during = []
