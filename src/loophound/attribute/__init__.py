@@ -149,7 +149,7 @@ DECIMAL_SUM = "sum(CAST(cost_usd AS DECIMAL(38, 12)))"
 def exact_cost_sum(where: str = "") -> str:
     """SQL: the sum of `cost_usd` (of the rows `where` selects) as decimals, back to DOUBLE."""
     only = f" FILTER (WHERE {where})" if where else ""
-    return f"CAST(sum(CAST(cost_usd AS DECIMAL(38, 12))){only} AS DOUBLE)"
+    return f"CAST({DECIMAL_SUM}{only} AS DOUBLE)"
 
 
 # per connection: what claim_overlaps reads, worked out by attribution's pass over the claims
