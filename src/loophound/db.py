@@ -231,7 +231,11 @@ def scratch() -> duckdb.DuckDBPyConnection:
     scan's views): a cursor on the shared host, whose temporary tables, views and registered
     data are its own, because a new database costs 30 ms. Not for a connection whose
     settings get locked (`sql`): those are the whole database's."""
-    cur = _HOST.cursor()
+    return session(_HOST.cursor())
+
+
+def session(cur: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """`cur` (a new cursor) set up as every loophound connection is: UTC, no progress bar."""
     cur.execute("SET enable_progress_bar = false")
     cur.execute("SET TimeZone = 'UTC'")
     return cur

@@ -786,5 +786,39 @@ def _once(con: duckdb.DuckDBPyConnection, name: str, compute):
 _DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def sibling(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Another connection to `con`'s database with `con`'s views, copies of its temporary
+    tables, and what was derived from its events (`_once`): for another thread (a DuckDB
+    connection is one thread's, and temporary views and tables are a connection's own).
+    The views are made from the SQL DuckDB keeps of them (what it stores a database's views
+    as), so they read the very files `con` reads, whatever was committed since."""
+    other = db.session(con.cursor())
+    tables = con.execute("SELECT table_name, sql FROM duckdb_tables() WHERE temporary "
+                         "ORDER BY table_oid").fetchall()
+    for name, sql in tables:
+        other.execute(sql)  # its exact column types, which Arrow need not keep
+        other.register("_sibling_rows", con.sql(f'SELECT * FROM temp.main."{name}"').to_arrow_table())
+        try:
+            other.execute(f'INSERT INTO temp.main."{name}" SELECT * FROM _sibling_rows')
+        finally:
+            other.unregister("_sibling_rows")
+    pending = [sql for (sql,) in con.execute(
+        "SELECT sql FROM duckdb_views() WHERE temporary AND NOT internal ORDER BY view_oid"
+    ).fetchall()]
+    while pending:  # in the order they were made; one redefined since waits for what it reads
+        left = []
+        for sql in pending:
+            try:
+                other.execute(sql)
+            except duckdb.CatalogException:
+                left.append(sql)
+        if len(left) == len(pending):
+            other.execute(left[0])  # raises what keeps it from being made
+        pending = left
+    if con in _DERIVED:
+        _DERIVED[other] = dict(_DERIVED[con])
+    return other
+
+
 def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(create_table_sql("batch").replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))

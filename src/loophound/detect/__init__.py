@@ -7,6 +7,7 @@ TOML file (`[repeated_error] min_count = 50`), and `--set repeated_error.min_cou
 from __future__ import annotations
 
 import dataclasses
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import duckdb
 
 from ..errors import ConfigError
 from ..registry import present
-from ..store import event_kinds
+from ..store import event_kinds, sibling
 from .base import Detector, Finding, param_docs
 
 _MODULES = (
@@ -85,9 +86,14 @@ def settings(config_file: Path | None = None, overrides: list[str] = ()) -> dict
     return out
 
 
+# detectors run at once (each on a connection of its own; DuckDB and numpy release the GIL)
+LANES = 2
+
+
 def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
-                  only: list[str] | None = None) -> list[Finding]:
-    """Run every detector (or `only` these) over the views in `con`."""
+                  only: list[str] | None = None, lanes: int = LANES) -> list[Finding]:
+    """Run every detector (or `only` these) over the views in `con`, `lanes` at a time; the
+    findings come out in the registry's order, whichever finished first."""
     present = event_kinds(con)
     names = [n for n, d in DETECTORS.items() if (not only or n in only)
              and d.has_to_read(present)]
@@ -95,14 +101,70 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
         if DETECTORS[name].prepare is not None:
             DETECTORS[name].prepare(con, params[name])
     # what a detector prepared (unusual_actor's forest, in a process importing scikit-learn)
-    # gets ready while the others run: those that prepared run last, by rank, so the forest
-    # (the weakest rank) has longest (repeated_action and alternating_action prepare only to
-    # share one pass over the actions), and the findings come out in the registry's order
-    found: dict[str, list[Finding]] = {}
-    for name in sorted(names, key=lambda n: (DETECTORS[n].prepare is not None,
-                                             DETECTORS[n].rank)):
-        found[name] = list(DETECTORS[name].run(con, params[name]))
+    # gets ready while the others run: those that prepared start last, by rank, so the
+    # forest (the weakest rank) has longest (repeated_action and alternating_action prepare
+    # only to share one pass over the actions: one lane)
+    order = sorted(names, key=lambda n: (DETECTORS[n].prepare is not None, DETECTORS[n].rank))
+    found = _run_lanes(con, params, _jobs(order), lanes)
     return [f for name in names for f in found[name]]
+
+
+def _jobs(order: list[str]) -> list[list[str]]:
+    """The detectors in `order`, those of one `Detector.lane` together (where the first is)."""
+    jobs: list[list[str]] = []
+    at: dict[str, list[str]] = {}
+    for name in order:
+        lane = DETECTORS[name].lane
+        if lane and lane in at:
+            at[lane].append(name)
+            continue
+        jobs.append([name])
+        if lane:
+            at[lane] = jobs[-1]
+    return jobs
+
+
+def _run_lanes(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
+               jobs: list[list[str]], lanes: int) -> dict[str, list[Finding]]:
+    """Each job's detectors, one after the other, on one of `lanes` connections (`con` and
+    siblings of it), each lane taking the next job as it is free; the first error is raised
+    once the lanes have stopped (none takes another job after it)."""
+    found: dict[str, list[Finding]] = {}
+    todo = list(reversed(jobs))
+    lock = threading.Lock()
+    failed: list[BaseException] = []
+
+    def lane(c: duckdb.DuckDBPyConnection) -> None:
+        while True:
+            with lock:
+                if failed or not todo:
+                    return
+                job = todo.pop()
+            try:
+                for name in job:
+                    found[name] = list(DETECTORS[name].run(c, params[name]))
+            except BaseException as exc:
+                with lock:
+                    failed.append(exc)
+                return
+
+    cons = [con] + [sibling(con) for _ in range(min(lanes, len(jobs)) - 1)]
+    try:
+        threads = [threading.Thread(target=lane, args=(c,), name=f"detectors-{i}")
+                   for i, c in enumerate(cons[1:], start=1)]
+        for t in threads:
+            t.start()
+        try:
+            lane(con)
+        finally:
+            for t in threads:
+                t.join()
+    finally:
+        for c in cons[1:]:
+            c.close()
+    if failed:
+        raise failed[0]
+    return found
 
 
 __all__ = ["DETECTORS", "ConfigError", "Detector", "Finding", "run_detectors", "settings"]

@@ -36,6 +36,7 @@ from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
+    LANE,
     MAX_CYCLE,
     Bounds,
     LoopParams,
@@ -256,4 +257,5 @@ DETECTOR = Detector(
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
     prepare=prepare,
+    lane=LANE,
 )

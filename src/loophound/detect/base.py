@@ -121,6 +121,10 @@ class Detector:
     # work it can start before any detector runs, to go on beside them (unusual_actor starts
     # importing scikit-learn in another process): called with the connection and its params
     prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
+    # detectors run side by side, each on a connection of its own; those of one `lane` (a
+    # name) run one after the other on one, because one uses what another prepared there
+    # (repeated_action and alternating_action share one pass over the actions)
+    lane: str = ""
     # a detector with a global step (unusual_actor fits one forest over every actor's
     # windows) is two steps, `gathered(parts, gather)` its `run`: `parts(con, params)`
     # measures what it can in each `partition_by` group (a list of picklable measurements),

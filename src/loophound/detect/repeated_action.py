@@ -44,6 +44,7 @@ from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
+    LANE,
     Bounds,
     LoopParams,
     Pace,
@@ -252,4 +253,5 @@ DETECTOR = Detector(
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
     prepare=prepare,
+    lane=LANE,
 )

@@ -154,7 +154,9 @@ def _group_task(names: list[str], params: dict, inputs: pa.Table):
     def run(group: pa.Table) -> pa.Table:
         con = group_connection(group, inputs)
         try:
-            found = run_detectors(con, params, whole) if whole else []
+            # one lane: Spark runs other groups beside it, and a sibling connection would
+            # copy the group's events (a temporary table here)
+            found = run_detectors(con, params, whole, lanes=1) if whole else []
             present = event_kinds(con)
             parts = [(n, part) for n in two_step if DETECTORS[n].has_to_read(present)
                      for part in DETECTORS[n].parts(con, params[n])]

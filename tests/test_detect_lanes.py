@@ -1,0 +1,108 @@
+"""Detectors run side by side (`run_detectors(lanes=...)`), each lane on a sibling connection
+(`store.sibling`): the findings are those of one detector after another, in the registry's
+order; the detectors of one lane share what they prepared; an error is raised."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+from loophound import detect
+from loophound.detect import DETECTORS, run_detectors, settings
+from loophound.detect import actions as ac
+from loophound.ingest import ingest
+from loophound.store import Store, event_kinds, sibling
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    st = Store(tmp_path_factory.mktemp("lanes") / "st")
+    ingest([str(SAMPLES)], st)
+    return st
+
+
+def test_side_by_side_the_findings_are_those_of_one_lane(store):
+    one = run_detectors(store.connect(), settings(), lanes=1)
+    assert {f.detector for f in one} == set(DETECTORS)  # every detector finds something here
+    for lanes in (2, 3):
+        assert run_detectors(store.connect(), settings(), lanes=lanes) == one
+
+
+def test_the_detectors_of_one_lane_share_one_pass(store, monkeypatch):
+    passes = []
+    read = ac.pieces
+    monkeypatch.setattr(ac, "pieces", lambda *a: passes.append(1) or read(*a))
+    found = run_detectors(store.connect(), settings(),
+                          ["repeated_action", "alternating_action", "repeated_error"], lanes=2)
+    assert passes == [1]
+    assert {f.detector for f in found} == {"repeated_action", "alternating_action",
+                                           "repeated_error"}
+
+
+def test_a_sibling_reads_what_its_connection_reads(store, tmp_path):
+    con = store.connect()
+    con.execute("CREATE TEMP TABLE _odd (d DECIMAL(18, 6), t TIMESTAMP, l VARCHAR[])")
+    con.execute("INSERT INTO _odd VALUES (1.5, TIMESTAMP '2026-01-02 03:04:05.678', ['a'])")
+    kinds = event_kinds(con)
+    before = con.execute("SELECT count(*), sum(line) FROM events").fetchall()
+    # a later ingest commits more files: the sibling reads the files `con` reads
+    (tmp_path / "more.log").write_bytes((SAMPLES / "bproxy" / "2026-06-18.log").read_bytes())
+    ingest([str(tmp_path / "more.log")], store)
+    other = sibling(con)
+    try:
+        assert other.execute("SELECT count(*), sum(line) FROM events").fetchall() == before
+        assert store.connect().execute("SELECT count(*) FROM events").fetchall() != before[:1]
+        for view in ("events", "requests", "inputs", "quarantine", "findings"):
+            assert (other.execute(f"DESCRIBE {view}").fetchall()
+                    == con.execute(f"DESCRIBE {view}").fetchall())
+        assert (other.execute("SELECT *, typeof(d), typeof(l) FROM _odd").fetchall()
+                == con.execute("SELECT *, typeof(d), typeof(l) FROM _odd").fetchall())
+        assert event_kinds(other) == kinds
+    finally:
+        other.close()
+
+
+def test_an_error_stops_the_lanes_and_is_raised(store, monkeypatch):
+    ran = []
+
+    def record(name):
+        def run(con, p):
+            ran.append(name)
+            if name == "repeated_error":
+                raise RuntimeError("broken detector")
+            return []
+        return run
+
+    for name in DETECTORS:
+        monkeypatch.setitem(detect.DETECTORS, name,
+                            dataclasses.replace(DETECTORS[name], run=record(name),
+                                                prepare=None))
+    with pytest.raises(RuntimeError, match="broken detector"):
+        run_detectors(store.connect(), settings(), lanes=1)
+    assert ran == ["repeated_error"]  # the first by rank: nothing runs after it
+    ran.clear()
+    with pytest.raises(RuntimeError, match="broken detector"):  # in the caller, whichever lane ran it
+        run_detectors(store.connect(), settings(), lanes=2)
+    assert "repeated_error" in ran
+
+
+def test_the_lanes_run_at_once(store, monkeypatch):
+    meet = threading.Barrier(2, timeout=30)  # a job waits for one in the other lane
+    threads = set()
+
+    def run(con, p):
+        threads.add(threading.current_thread().name)
+        meet.wait()
+        return []
+
+    for name in DETECTORS:
+        monkeypatch.setitem(detect.DETECTORS, name,
+                            dataclasses.replace(DETECTORS[name], run=run, prepare=None))
+    run_detectors(store.connect(), settings(), ["ping_pong", "depth_violation", "rate_spike",
+                                                "trigger_cycle"], lanes=2)
+    assert len(threads) == 2
