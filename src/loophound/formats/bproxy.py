@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .base import (
     Format,
@@ -87,7 +88,22 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     its event id), and the request line its outcome, so `WHERE error = ...` finds requests
     without a join. A batch may hold several files (small ones are read together): a line
     is joined only with lines of its own file (`event_id >> 32`)."""
-    _correlate_idless(con, ctx)
+    unplaced, unnamed = con.execute(f"""SELECT count(*) FILTER (kind IN {_ANSWERING}),
+          count(*) FILTER (kind = 'request')
+        FROM batch WHERE corr_id IS NULL AND kind IN ('request', 'response', 'lifecycle')
+        """).fetchall()[0]
+    if unplaced:  # lines without a request id
+        _correlate_idless(con)
+        return
+    if unnamed:
+        con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
+                    "AND kind = 'request'")
+    _join_by_id(con)
+
+
+def _join_by_id(con: duckdb.DuckDBPyConnection) -> None:
+    """Join the lines of a request by its id (`corr_id`), in this batch and, for a request
+    received before it, among the stored ones."""
     # requests answered in this batch but received before it (an earlier chunk or run): few,
     # so only their ids are looked up in what is stored
     con.execute("""CREATE OR REPLACE TEMP TABLE _orphans AS
@@ -111,12 +127,18 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
       WHERE batch.corr_id = q.corr_id AND batch.event_id >> 32 = q.event_id >> 32
         AND batch.kind = 'request';
     """)
-    if earlier:  # requests already written: their outcome goes beside them (late_outcomes)
-        con.execute("""INSERT INTO late_outcomes
-            SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
-            FROM _found f JOIN batch r ON r.corr_id = f.corr_id AND r.kind = 'response'
-              AND r.event_id >> 32 = f.event_id >> 32
-            GROUP BY f.event_id""")
+    if earlier:
+        _late_outcomes(con)
+
+
+def _late_outcomes(con: duckdb.DuckDBPyConnection) -> None:
+    """Requests already written (`_found`) answered in this batch: their outcome goes beside
+    them (`late_outcomes`)."""
+    con.execute("""INSERT INTO late_outcomes
+        SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
+        FROM _found f JOIN batch r ON r.corr_id = f.corr_id AND r.kind = 'response'
+          AND r.event_id >> 32 = f.event_id >> 32
+        GROUP BY f.event_id""")
 
 
 def _find_requests(con: duckdb.DuckDBPyConnection) -> None:
@@ -141,9 +163,18 @@ TOLERANCE_MS = 1000
 LOOKBACK_MS = 600_000  # how far before a batch a stored request is looked for
 _ANSWERING = "('response', 'lifecycle')"
 _NO_TIME = -(1 << 62)
+# What placing reads of the batch: its requests and answering lines, and of a `corr_id` the
+# line it names ('L' + a line, what placing writes; NULL for any other id).
+_NAMED = ("CASE WHEN corr_id[1] = 'L' AND 'L' || TRY_CAST(corr_id[2:] AS BIGINT) = corr_id "
+          "THEN TRY_CAST(corr_id[2:] AS BIGINT) END")
+_LINES = f"""SELECT event_id, line, kind = 'request' AS request, kind = 'response' AS response,
+      corr_id IS NULL AS unplaced, CASE WHEN corr_id IS NOT NULL THEN {_NAMED} END AS named,
+      coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, latency_ms,
+      actor, session, parent_id, action, ok, error
+    FROM batch WHERE kind IN ('request', 'response', 'lifecycle')"""
 
 
-def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
+def _correlate_idless(con: duckdb.DuckDBPyConnection) -> None:
     """Join each line without a request id to its request (`corr_id` 'L' + the request's
     line) by what the lines carry, with sorts and binary searches (O(n log n)), never a
     look-up per line: the nearest request at or before t − e + SLACK_MS (for a line without
@@ -151,101 +182,359 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> Non
     the process when the line names no owner) and, when the line names one, session; of equal
     times the later line. Without such a request within TOLERANCE_MS, the nearest request of
     the file by that time; without that, the `received` line before it (the trimmed form's
-    only clue). Requests answered in an earlier batch are looked for among the stored ones,
-    within LOOKBACK_MS before this batch."""
-    if not con.execute("""SELECT count(*) FROM batch WHERE corr_id IS NULL
-                          AND kind IN ('request', 'response', 'lifecycle')""").fetchall()[0][0]:
-        return
-    key = "coalesce('a' || actor, 'p' || parent_id, '') || '|' || coalesce(session, '')"
-    timed = "latency_ms >= 0 AND latency_ms < 1e12 AND ts IS NOT NULL"
-    probe = con.execute(f"""SELECT event_id, line, hash(event_id >> 32, {key}) AS k,
-          hash(event_id >> 32, '|') AS anyone, coalesce({timed}, false) AS timed,
-          coalesce(CASE WHEN {timed} THEN CAST(floor(epoch_ms(ts) - latency_ms) AS BIGINT)
-                   + {SLACK_MS} END, CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS at
-        FROM batch WHERE corr_id IS NULL AND kind IN {_ANSWERING}""").fetchnumpy()
-    if not len(probe["line"]):  # only requests: each is its own
-        con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
-                    "AND kind = 'request'")
-        return
-    levels = con.execute(f"""SELECT DISTINCT CASE WHEN actor IS NOT NULL THEN 'a'
-          WHEN parent_id IS NOT NULL THEN 'p' ELSE '' END, session IS NOT NULL
-        FROM batch WHERE corr_id IS NULL AND kind IN {_ANSWERING}""").fetchall()
-    who = {"a": "'a' || actor", "p": "'p' || split_part(actor, ':', 1)", "": "''"}
-    keys = sorted({f"{who[w]} || '|' || {'session' if s else chr(39) * 2}" for w, s in levels}
-                  | {"'|'"})
-    requests = """SELECT event_id >> 32 AS input, line, CAST(epoch_ms(ts) AS BIGINT) AS t,
-                         actor, session FROM {src}
-                  WHERE kind = 'request' AND (corr_id IS NULL OR corr_id = 'L' || line){cond}"""
-    sources = [requests.format(src="batch", cond="")]
-    times = probe["at"][probe["at"] != _NO_TIME]
-    first_request, first = con.execute("""SELECT min(epoch_ms(ts)) FILTER (kind = 'request'),
-                                          min(epoch_ms(ts)) FROM batch""").fetchall()[0]
-    if len(times) and (first_request is None or times.min() - TOLERANCE_MS < first_request):
+    only clue), and without that the last request stored. Requests answered in an earlier
+    batch are looked for among the stored ones, within LOOKBACK_MS before this batch.
+
+    The batch is read once (`_LINES`), and each answering line's request fields and each
+    request's outcome are written from the match (`_Placed`), not by a join on `corr_id`
+    strings. Where that would not give what the join gives (`_join_by_id`, which a log with
+    ids on some lines needs, and which picks one of several responses of a request as DuckDB
+    meets them), only `corr_id` is written and that join follows."""
+    lines = con.sql(_LINES).to_arrow_table()
+    request = _flags(lines["request"])
+    unplaced = _flags(lines["unplaced"])
+    probe = np.flatnonzero(~request & unplaced)
+    t = lines["t"].to_numpy()
+    latency = lines["latency_ms"].to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):  # NULL latency: NaN, not timed
+        timed = (latency >= 0) & (latency < 1e12) & (t != _NO_TIME)
+        at = np.where(timed, np.floor(t - np.where(timed, latency, 0)).astype(np.int64)
+                      + SLACK_MS, t)
+    named = pc.fill_null(lines["named"], -1).to_numpy()
+    # requests a line without an id may answer: those without an id, or placed ('L' + line)
+    placeable = request & (unplaced | (named == lines["line"].to_numpy()))
+    clocked = t[request & (t != _NO_TIME)]
+    times = at[probe][at[probe] != _NO_TIME]
+    stored = None
+    if len(times) and (not len(clocked) or times.min() - TOLERANCE_MS < clocked.min()):
         # an answer whose request may be in an earlier batch (a 30 s timeout)
+        first = con.execute("SELECT min(epoch_ms(ts)) FROM batch").fetchall()[0][0]
         since = max(int(times.min()) - TOLERANCE_MS, first - LOOKBACK_MS)
-        sources.append(requests.format(src="recent_stored_events",
-                                       cond=f" AND ts >= make_timestamp({since} * 1000)"))
-    req = con.execute(f"""SELECT line, coalesce(t, {_NO_TIME}) AS t, hash(input, key) AS k
-        FROM (SELECT *, unnest([{', '.join(keys)}]) AS key FROM ({' UNION ALL '.join(sources)}))
-        WHERE key IS NOT NULL""").fetchnumpy()
-    clocked = req["t"] != _NO_TIME
-    rk, rt, rl = req["k"][clocked], req["t"][clocked], req["line"][clocked]
-    at, line = probe["at"], probe["line"]
-    near = np.where(probe["timed"], at - TOLERANCE_MS, _NO_TIME)  # how far back t − e may be
-    found = np.full(len(line), -1, dtype=np.int64)
-    # the caller's request, then anyone's (none with a time: an answer without an id in a
-    # log whose requests all have one)
-    for pk in (probe["k"], probe["anyone"]) if len(rt) else ():
-        i = _last_at_or_before(rk, rt, rl, pk, at)
-        hit = (found < 0) & (i >= 0) & (rt[np.maximum(i, 0)] >= near) & (at != _NO_TIME)
-        found[hit] = rl[i[hit]]
-    rk, rl = req["k"], req["line"]
-    i = _last_at_or_before(rk, rl, rl, probe["anyone"], line)  # the request line before
-    hit = (found < 0) & (i >= 0)
-    found[hit] = rl[i[hit]]
-    con.register("_answer", pa.table({"event_id": probe["event_id"], "request": found}))
-    try:
-        con.execute(f"""
-            UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL AND kind = 'request';
-            UPDATE batch SET corr_id = 'L' || a.request FROM _answer a
-            WHERE batch.event_id = a.event_id AND a.request >= 0;
-            UPDATE batch SET parent_id = NULL
-            WHERE parent_id IS NOT NULL AND kind IN {_ANSWERING};""")
-    finally:
-        con.unregister("_answer")
-    # what nothing in this batch places goes with the last request stored before it
-    if (found < 0).any():
-        before = None  # in the newest batches, unless there is none
-        for view in ("recent_stored_events", "stored_events"):
-            before = con.execute(f"SELECT max(line) FROM {view} WHERE kind = 'request'"
-                                 ).fetchall()[0][0]
-            if before is not None:
-                break
-        if before is not None:
-            con.execute(f"UPDATE batch SET corr_id = 'L' || {int(before)} "
-                        f"WHERE corr_id IS NULL AND kind IN {_ANSWERING}")
+        stored = con.sql(f"""SELECT event_id, line,
+              coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, actor, session
+            FROM recent_stored_events WHERE kind = 'request'
+              AND (corr_id IS NULL OR corr_id = 'L' || line)
+              AND ts >= make_timestamp({since} * 1000)""").to_arrow_table()
+    requests = _Requests(lines, np.flatnonzero(placeable), stored)
+    found = requests.place(lines, probe, at[probe], timed[probe])
+    placed = _Placed(con, lines, probe, requests, found)
+    con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
+                "AND kind = 'request'")
+    named_by_id = ~request & ~unplaced & (named < 0)  # an id of the log's own
+    if named_by_id.any() or not placeable[request].all() or not placed.exact(con):
+        placed.write_corr_ids(con)
+        _join_by_id(con)
+    else:
+        placed.write(con)
 
 
-def _last_at_or_before(rk: np.ndarray, rt: np.ndarray, rl: np.ndarray, pk: np.ndarray,
-                       pt: np.ndarray) -> np.ndarray:
-    """For each probe (key `pk`, position `pt`), the index of the request with the same key
-    (`rk`) and the greatest (position `rt`, line `rl`) with `rt` ≤ `pt`; -1 where none. One
-    sort of the requests and a binary search per probe."""
-    if not len(rk):
-        return np.full(len(pk), -1, dtype=np.int64)
-    ukeys, rank = np.unique(rk, return_inverse=True)
-    base = int(rt.min())
-    span = (1 << 40) - 1  # positions relative to the earliest: 35 years of ms, or lines
-    combined = (rank.astype(np.int64) << 40) | np.clip(rt - base, 0, span)
-    order = np.lexsort((rl, combined))
-    combined = combined[order]
-    slot = np.minimum(np.searchsorted(ukeys, pk), len(ukeys) - 1)
-    same = ukeys[slot] == pk
-    wanted = (slot.astype(np.int64) << 40) + np.clip(pt - base, -1, span)
-    at = np.searchsorted(combined, wanted, side="right") - 1
-    ok = same & (at >= 0)
-    ok[ok] = (combined[at[ok]] >> 40) == slot[ok]
-    return np.where(ok, order[np.maximum(at, 0)], -1)
+def _flags(column: pa.ChunkedArray) -> np.ndarray:
+    return column.to_numpy(zero_copy_only=False).astype(bool)
+
+
+class _Requests:
+    """The requests a line without an id may answer, as arrays: the stored ones near this
+    batch (`stored`), then this batch's (`lines` rows `rows`). `actor` and `session`: each
+    request's as numbers (`_codes`), `actors`, `sessions` the strings they stand for, and
+    `probe_actor` etc. the same numbers for the rows of `lines`."""
+
+    def __init__(self, lines: pa.Table, rows: np.ndarray, stored: pa.Table | None):
+        self.rows = rows
+        self.stored = 0 if stored is None else stored.num_rows
+        parts = [stored] if stored is not None else []
+        self.event_id, self.line, self.t = (np.concatenate(
+            [p[c].to_numpy() for p in parts] + [lines[c].to_numpy()[rows]])
+            for c in ("event_id", "line", "t"))
+        self.input = self.event_id >> 32
+        # the strings of `lines` and of `stored` numbered together: codes of `lines` first
+        self.codes: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        for c in ("actor", "session"):
+            codes, values = _codes(pa.chunked_array(
+                lines[c].chunks + [k for p in parts for k in p[c].chunks], pa.string()))
+            n = lines.num_rows
+            self.codes[c] = (codes[:n], values)
+            setattr(self, c, np.concatenate([codes[n:], codes[:n][rows]]))
+
+    def place(self, lines: pa.Table, probe: np.ndarray, at: np.ndarray,
+              timed: np.ndarray) -> np.ndarray:
+        """For each answering line `probe` (rows of `lines`, at time `at`), the index of its
+        request, -1 where none: the caller's request by time, then anyone's by time, then
+        the request line before it."""
+        found = np.full(len(probe), -1, dtype=np.int64)
+        if not len(self.t):
+            return found
+        keys = _Keys(self, lines, probe)
+        ordered = _ascending(self.input, self.line)
+        clocked = self.t[keys.entry] != _NO_TIME
+        if clocked.any():
+            entry = keys.entry[clocked]
+            by_time = _Sorted(keys.entry_key[clocked], self.t[entry], self.line[entry], entry,
+                              ordered)
+            near = np.where(timed, at - TOLERANCE_MS, _NO_TIME)  # how far back t − e may be
+            for key in (keys.probe, keys.anyone):  # the caller's request, then anyone's
+                left = np.flatnonzero((found < 0) & (at != _NO_TIME))
+                i = by_time.last_at_or_before(key[left], at[left])
+                hit = (i >= 0) & (self.t[np.maximum(i, 0)] >= near[left])
+                found[left[hit]] = i[hit]
+        left = np.flatnonzero(found < 0)
+        if len(left):  # the request line before
+            by_line = _Sorted(keys.anyone_of_requests, self.line, self.line,
+                              np.arange(len(self.line)), ordered)
+            i = by_line.last_at_or_before(keys.anyone[left], lines["line"].to_numpy()[probe][left])
+            found[left] = i
+        return found
+
+
+def _ascending(inputs: np.ndarray, line: np.ndarray) -> bool:
+    """Whether rows are in the order of (input, line)."""
+    if len(line) < 2:
+        return True
+    step, up = np.diff(inputs), np.diff(line)
+    return bool(((step > 0) | ((step == 0) & (up > 0))).all())
+
+
+class _Keys:
+    """Who asked, as integers a sort can compare: for each answering line its file, caller
+    (actor, or process when it names no owner, or nobody) and session; and each request
+    under the same, for every kind of caller (with a session or not) some answering line
+    names (`entry_key`, `entry`: the request's index). Equal strings, equal numbers (no
+    hashing, so no collisions); a NULL or empty session is no session."""
+
+    LIMIT = 1 << 23  # keys beside a 40-bit position in an int64 (`_Sorted`)
+
+    def __init__(self, requests: _Requests, lines: pa.Table, probe: np.ndarray):
+        n = len(requests.input)
+        inputs = np.concatenate([requests.input, lines["event_id"].to_numpy()[probe] >> 32])
+        if inputs.min() != inputs.max():
+            inputs = np.unique(inputs, return_inverse=True)[1].astype(np.int64)
+        else:
+            inputs = np.zeros(len(inputs), dtype=np.int64)
+        r_input, p_input = inputs[:n], inputs[n:]
+        line_actor, actors = requests.codes["actor"]
+        line_session, sessions = requests.codes["session"]
+        empty = pc.index(sessions, "").as_py()  # an empty session is no session
+
+        def session(c: np.ndarray) -> np.ndarray:
+            return np.where(c < 0, -1, np.where(c == empty, 0, c + 1))
+
+        r_session, p_session = session(requests.session), session(line_session[probe])
+        r_actor, p_actor = requests.actor, line_actor[probe]
+        named = lines["parent_id"].is_valid().to_numpy(zero_copy_only=False)[probe]
+        p_tag = np.where(p_actor >= 0, 1, np.where(named, 2, 0))
+        p_who = np.where(p_tag == 1, p_actor, 0)
+        r_who = {0: np.zeros(n, dtype=np.int64), 1: r_actor}
+        who_size = len(actors) + 1
+        if (p_tag == 2).any():  # lines naming only their process: each request's process
+            parents = lines["parent_id"].take(probe[p_tag == 2])
+            pids = pc.list_element(pc.split_pattern(actors, ":", max_splits=1), 0)
+            codes, values = _codes(pa.chunked_array(parents.chunks + [pids], pa.string()))
+            p_who[p_tag == 2] = codes[:len(parents)]
+            r_who[2] = _at(codes[len(parents):], r_actor)
+            who_size = max(who_size, len(values) + 1)
+        sizes = (who_size, len(sessions) + 2)
+        kinds = np.bincount(p_tag * 2 + (p_session >= 0), minlength=6).reshape(3, 2)
+        levels = {(0, False)} | {(int(k), bool(s))
+                                 for k, s in zip(*np.nonzero(kinds), strict=True)}
+        keys, index = [], []
+        for tag, with_session in sorted(levels):
+            who = r_who[tag]
+            ok = who >= 0
+            if with_session:
+                # an empty session is no session: such a request is already under that key
+                ok &= (r_session > 0) if (tag, False) in levels else (r_session >= 0)
+            i = np.flatnonzero(ok)
+            keys.append(_key(sizes, r_input[i], tag, who[i], r_session[i] if with_session else 0))
+            index.append(i)
+        parts = [*keys, _key(sizes, p_input, p_tag, p_who, np.maximum(p_session, 0)),
+                 _key(sizes, p_input, 0, 0, 0), _key(sizes, r_input, 0, 0, 0)]
+        if (int(inputs.max()) + 1) * 3 * sizes[0] * sizes[1] >= self.LIMIT:
+            # too many to pack beside a position: numbered by rank
+            ranks = np.unique(np.concatenate(parts), return_inverse=True)[1].astype(np.int64)
+            parts = np.split(ranks, np.cumsum([len(x) for x in parts])[:-1])
+        self.entry_key = np.concatenate(parts[:len(keys)])
+        self.entry = np.concatenate(index)
+        self.probe, self.anyone, self.anyone_of_requests = parts[len(keys):]
+
+
+def _at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """`values[index]`, -1 where `index` is -1."""
+    out = np.full(len(index), -1, dtype=np.int64)
+    out[index >= 0] = values[index[index >= 0]]
+    return out
+
+
+def _key(sizes: tuple[int, int], inputs: np.ndarray, tag, who, session) -> np.ndarray:
+    return ((inputs * 3 + tag) * sizes[0] + who) * sizes[1] + session
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """The strings of `column` as numbers: equal strings the same number (0, 1, ...), NULL
+    -1; and the distinct strings, the n-th with number n."""
+    encoded = pc.dictionary_encode(column)  # its chunks share one dictionary
+    if not encoded.num_chunks:
+        return np.empty(0, dtype=np.int64), pa.array([], pa.string())
+    codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy() for c in encoded.chunks])
+    return codes.astype(np.int64), encoded.chunk(encoded.num_chunks - 1).dictionary
+
+
+class _Sorted:
+    """Entries (`key`, position `pos`, then `line`) sorted once, for binary searches: O(n log
+    n) in all, never a look-up per line. `ordered`: the entries of each key are in the order
+    of their lines already, so two stable sorts do (the second of nearly sorted times)."""
+
+    SPAN = (1 << 40) - 1  # positions relative to the earliest: 35 years of ms, or lines
+
+    def __init__(self, key: np.ndarray, pos: np.ndarray, line: np.ndarray, item: np.ndarray,
+                 ordered: bool):
+        self.base = int(pos.min())
+        combined = (key << 40) | np.clip(pos - self.base, 0, self.SPAN)
+        if not ordered:
+            order = np.lexsort((line, combined))
+        elif (np.diff(combined) >= 0).all():
+            order = np.arange(len(combined))
+        else:
+            by_key = np.argsort(key, kind="stable")
+            order = by_key[np.argsort(combined[by_key], kind="stable")]
+        self.combined, self.item = combined[order], item[order]
+
+    def last_at_or_before(self, key: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """For each (key, pos), the item of the greatest entry with that key at or before
+        pos; -1 where none."""
+        wanted = (key << 40) + np.clip(pos - self.base, -1, self.SPAN)
+        at = np.searchsorted(self.combined, wanted, side="right") - 1
+        ok = at >= 0
+        ok[ok] = (self.combined[at[ok]] >> 40) == key[ok]
+        return np.where(ok, self.item[np.maximum(at, 0)], -1)
+
+
+class _Placed:
+    """Every answering line of the batch with the request it answers: the lines placed now
+    (`probe`, `found` in `requests`) and those placed by an earlier `finish` (the lines held
+    back from the chunk before: `corr_id` 'L' + a line). `row`: the request's row in `fields`
+    (this batch's requests are rows of `lines`, stored ones follow), -1 where none."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, lines: pa.Table, probe: np.ndarray,
+                 requests: _Requests, found: np.ndarray):
+        self.lines = lines
+        corr_line = _at(requests.line, found)
+        if (found < 0).any():  # what nothing places goes with the last request stored
+            for view in ("recent_stored_events", "stored_events"):
+                before = con.execute(f"SELECT max(line) FROM {view} WHERE kind = 'request'"
+                                     ).fetchall()[0][0]
+                if before is not None:
+                    corr_line[found < 0] = before
+                    break
+        request = _flags(lines["request"])
+        named = pc.fill_null(lines["named"], -1).to_numpy()
+        earlier = np.flatnonzero(~request & ~_flags(lines["unplaced"]) & (named >= 0))
+        self.answering = np.concatenate([probe, earlier])
+        self.corr_line = np.concatenate([corr_line, named[earlier]])
+        self.input = lines["event_id"].to_numpy()[self.answering] >> 32
+        # the request of each: a row of `lines` where it is in this batch
+        in_batch = found >= requests.stored
+        self.row = np.full(len(self.answering), -1, dtype=np.int64)
+        self.row[:len(probe)][in_batch] = requests.rows[found[in_batch] - requests.stored]
+        if len(earlier):
+            self.row[len(probe):] = _request_rows(lines, request, self.input[len(probe):],
+                                                  named[earlier])
+        self.probes = len(probe)
+        self.fields = lines.select(["event_id", "action", "session", "actor"])
+        self.found_stored = False
+
+    def exact(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """Whether writing the match gives what the join by `corr_id` gives: each request
+        of the batch answered by one response at most, each stored one found once. Looks
+        the stored ones up (`_found`, as `_join_by_id` does) and points `row` at them."""
+        response = _flags(self.lines["response"])[self.answering]
+        answered = self.row[response & (self.row >= 0)]
+        if len(answered) and np.bincount(answered).max() > 1:
+            return False
+        orphans = (self.row < 0) & (self.corr_line >= 0)
+        if not orphans.any():
+            return True
+        asked = pa.table({"corr_id": pc.binary_join_element_wise(
+            "L", pc.cast(pa.array(np.unique(self.corr_line[orphans])), pa.string()), "")})
+        con.register("_asked", asked)
+        try:
+            con.execute("CREATE OR REPLACE TEMP TABLE _orphans AS FROM _asked")
+        finally:
+            con.unregister("_asked")
+        _find_requests(con)
+        self.found_stored = True
+        stored = con.sql("SELECT event_id, CAST(corr_id[2:] AS BIGINT) AS line, action, "
+                         "session, actor FROM _found").to_arrow_table()
+        where: dict[tuple[int, int], int] = {}
+        for i, key in enumerate(zip(stored["event_id"].to_numpy() >> 32,
+                                    stored["line"].to_numpy(), strict=True)):
+            if where.setdefault((int(key[0]), int(key[1])), self.fields.num_rows + i) \
+                    != self.fields.num_rows + i:
+                return False  # a stored request found twice: the join picks one
+        rows = np.flatnonzero(orphans)
+        self.row[rows] = [where.get((int(i), int(line)), -1)
+                          for i, line in zip(self.input[rows], self.corr_line[rows], strict=True)]
+        self.fields = pa.concat_tables([self.fields, stored.select(self.fields.column_names)])
+        return True
+
+    def write_corr_ids(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Only each line placed now: its `corr_id` (and no process in `parent_id`)."""
+        self._update(con, "UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL "
+                          "FROM _answer a WHERE batch.event_id = a.event_id",
+                     self._answers(self.probes))
+
+    def write(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Each answering line's `corr_id` and its request's fields, each request's outcome,
+        and the outcomes of stored requests (`late_outcomes`)."""
+        answer = self._answers(len(self.answering))
+        joined = self.row >= 0
+        taken = self.fields.take(pa.array(self.row, mask=~joined))
+        answer = answer.append_column("joined", pa.array(joined)) if not joined.all() else answer
+        for c in ("event_id", "action", "session", "actor"):
+            answer = answer.append_column("answers" if c == "event_id" else c, taken[c])
+        pick = "a.{0}" if joined.all() else "CASE WHEN a.joined THEN a.{0} ELSE batch.{0} END"
+        response = _flags(self.lines["response"])[self.answering] & (self.row >= 0) \
+            & (self.row < self.lines.num_rows)
+        outcome = self.lines.select(["ok", "error", "latency_ms"]).take(
+            self.answering[response]).append_column(
+            "event_id", self.lines["event_id"].take(self.row[response]))
+        self._update(con, f"""
+          UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL,
+            answers = {pick.format('answers')}, action = {pick.format('action')},
+            session = {pick.format('session')}, actor = coalesce(batch.actor, a.actor)
+          FROM _answer a WHERE batch.event_id = a.event_id;
+          UPDATE batch SET ok = o.ok, error = o.error, latency_ms = o.latency_ms
+          FROM _outcome o WHERE batch.event_id = o.event_id;""", answer, outcome)
+        if self.found_stored:
+            _late_outcomes(con)
+
+    def _answers(self, n: int) -> pa.Table:
+        corr_line = self.corr_line[:n]
+        return pa.table({"event_id": self.lines["event_id"].take(self.answering[:n]),
+                         "corr_line": pa.array(corr_line, mask=corr_line < 0)})
+
+    @staticmethod
+    def _update(con: duckdb.DuckDBPyConnection, sql: str, answer: pa.Table,
+                outcome: pa.Table | None = None) -> None:
+        con.register("_answer", answer)
+        if outcome is not None:
+            con.register("_outcome", outcome)
+        try:
+            con.execute(sql)
+        finally:
+            con.unregister("_answer")
+            if outcome is not None:
+                con.unregister("_outcome")
+
+
+def _request_rows(lines: pa.Table, request: np.ndarray, inputs: np.ndarray,
+                  line: np.ndarray) -> np.ndarray:
+    """The rows of `lines` of the requests at (`inputs`, `line`), -1 where there is none."""
+    rows = np.flatnonzero(request)
+    key = ((lines["event_id"].to_numpy()[rows] >> 32) << 32) | lines["line"].to_numpy()[rows]
+    order = np.argsort(key, kind="stable")
+    wanted = (inputs << 32) | line
+    at = np.minimum(np.searchsorted(key[order], wanted), max(len(key) - 1, 0))
+    hit = (at < len(key)) & (key[order][at] == wanted) if len(key) else np.zeros(len(line), bool)
+    return np.where(hit, rows[order][at] if len(key) else -1, -1)
 
 
 # What detectors may know of bproxy (log-formats §2.4): its own pacing before it answers,
