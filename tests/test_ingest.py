@@ -501,9 +501,9 @@ def test_chunks_mapped_ahead_give_what_chunks_mapped_in_turn_give(tmp_path, monk
     log.write_bytes(b"".join(lines))
     small_chunks(monkeypatch)
     taken = []
-    take = ingest_module._Mapper.take
-    monkeypatch.setattr(ingest_module._Mapper, "take",
-                        lambda self, batch, mapped: taken.append(mapped is None) or take(
+    rows = ingest_module._Mapper.rows
+    monkeypatch.setattr(ingest_module._Mapper, "rows",
+                        lambda self, batch, mapped=None: taken.append(mapped is None) or rows(
                             self, batch, mapped))
 
     def read(name: str) -> tuple:

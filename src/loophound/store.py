@@ -820,5 +820,5 @@ def sibling(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return other
 
 
-def create_batch_table(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(create_table_sql("batch").replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+def create_batch_table(con: duckdb.DuckDBPyConnection, name: str = "batch") -> None:
+    con.execute(create_table_sql(name).replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))

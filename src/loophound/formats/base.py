@@ -84,6 +84,11 @@ class Format:
     # learns of those (a request's outcome from its response) it adds to `late_outcomes`
     # (event_id, ok, error, latency_ms), since written events are never rewritten.
     finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], None] | None = None
+    # The columns `finish` reads or writes in `batch`, when it names them: a read then keeps
+    # only those (and what ingest itself reads of a chunk) in DuckDB, and the rest of each
+    # row in Arrow beside it, instead of copying every column of every chunk in and out
+    # (the text columns, `extra` above all, are most of a chunk's bytes). None: every column.
+    finish_columns: frozenset[str] | None = None
     # Files that sit beside a log and are read with it (LabTrust results.json).
     companions: Callable[[Path], list[Path]] | None = None
     # Turns a companion file into canonical rows (list of dicts keyed by column name).

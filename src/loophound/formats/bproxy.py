@@ -557,6 +557,9 @@ FORMAT = Format(
     mapped_keys=frozenset(FIELDS),
     known_keys=frozenset(KNOWN),
     finish=finish,
+    finish_columns=frozenset({
+        "event_id", "line", "ts", "kind", "corr_id", "parent_id", "actor", "session",
+        "action", "answers", "ok", "error", "latency_ms"}),
     priority=10,
     profile=PROFILE,
     groupable=True,
