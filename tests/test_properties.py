@@ -153,3 +153,45 @@ def test_a_planted_storm_is_found_whatever_is_mixed_into_its_log(noise):
         found = scan_store(store, save=False).document["findings"]
         storm = [f for f in found if f["detector"] == "repeated_error"]
         assert [f["events"] for f in storm] == [STORM["requests"]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=30),
+       last_newline=st.booleans(), chunk_bytes=st.integers(min_value=1, max_value=64),
+       max_line_bytes=st.integers(min_value=4, max_value=40))
+def test_read_lines_accounts_for_every_byte_at_any_chunk_size(lengths, last_newline,
+                                                               chunk_bytes, max_line_bytes):
+    """Whatever the chunk size and the line-length limit, and wherever a long line's end
+    falls (the last byte of a read among them), every line is a line of the batch or a
+    rejected one, in order, with its exact offset and length; what is handed on as consumed
+    is exactly the file's bytes up to the watermark; an unterminated last line is pending."""
+    import hashlib
+    import io
+
+    from loophound.lines import ReadState, read_lines
+
+    lines = [b"{" + b"x" * max(n - 1, 0) + b"\n" if n else b"\n" for n in lengths]
+    if not last_newline:
+        lines[-1] = lines[-1].rstrip(b"\n") or b"{"
+    data = b"".join(lines)
+    state, consumed = ReadState(), hashlib.sha256()
+    seen: list[tuple[int, int, int]] = []
+    for batch in read_lines(io.BytesIO(data), state, chunk_bytes=chunk_bytes,
+                            max_line_bytes=max_line_bytes, on_consumed=consumed.update):
+        t = batch.table
+        seen += zip(t["line"].to_pylist(), t["byte_offset"].to_pylist(),
+                    t["byte_length"].to_pylist(), strict=True)
+        seen += [(r.line, r.byte_offset, r.byte_length) for r in batch.rejected]
+    expected, offset = [], 0
+    for n, raw in enumerate(lines, 1):
+        expected.append((n, offset, len(raw)))
+        offset += len(raw)
+    pending = state.partial is not None
+    if pending:  # the unterminated last line, short enough to wait for its newline
+        assert not last_newline and expected[-1][1:] == (state.partial.byte_offset,
+                                                        state.partial.byte_length)
+        expected = expected[:-1]
+    assert sorted(seen) == expected
+    assert state.next_line == len(expected) + 1 and state.next_offset == sum(
+        e[2] for e in expected)
+    assert consumed.digest() == hashlib.sha256(data[:state.next_offset]).digest()

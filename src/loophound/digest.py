@@ -12,6 +12,8 @@ import ctypes
 import ctypes.util
 import hashlib
 
+import numpy as np
+
 CTX_BYTES = 112  # sizeof(SHA256_CTX): h[8], Nl, Nh, data[16], num, md_len, all 32-bit
 
 
@@ -23,7 +25,7 @@ def _load():
         lib = ctypes.CDLL(name)
         for fn in (lib.SHA256_Init, lib.SHA256_Update, lib.SHA256_Final):
             fn.restype = ctypes.c_int
-        lib.SHA256_Update.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.SHA256_Update.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         lib.SHA256_Final.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
         lib.SHA256_Init.argtypes = [ctypes.c_void_p]
     except (OSError, AttributeError):
@@ -64,12 +66,15 @@ class Sha256:
                 raise ValueError("not a SHA-256 state")
             ctypes.memmove(self._ctx, state, CTX_BYTES)
 
-    def update(self, data: bytes) -> None:
-        self.seen += len(data)
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        """Hash `data`, any bytes-like object, in place (a chunk's bytes are not copied)."""
+        view = memoryview(data).cast("B")
+        self.seen += view.nbytes
         if self._ctx is None:
-            self._h.update(data)
-        else:
-            _LIB.SHA256_Update(self._ctx, data, len(data))
+            self._h.update(view)
+        elif view.nbytes:
+            # the address of the bytes, read-only ones too (ctypes takes only writable ones)
+            _LIB.SHA256_Update(self._ctx, np.frombuffer(view, np.uint8).ctypes.data, view.nbytes)
 
     def hexdigest(self) -> str:
         if self._ctx is None:

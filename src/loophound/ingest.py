@@ -761,7 +761,7 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         range_hash = hashlib.sha256()
         recent = bytearray(tail_before)  # the last TAIL_LEN bytes read: the next run's check
 
-        def on_consumed(data: bytes) -> None:
+        def on_consumed(data: bytes | bytearray | memoryview) -> None:
             hasher.update(data)
             if first_offset:
                 range_hash.update(data)

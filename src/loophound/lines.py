@@ -9,6 +9,7 @@ Splitting is vectorised with numpy; Python only touches lines that are wrong.
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import io
 from collections.abc import Callable, Iterator
@@ -103,7 +104,7 @@ def read_head(path: Path, n: int, lines: int = HEAD_LINES) -> bytes:
     return bytes(out)
 
 
-def _utf8_bad_lines(data: bytes, buf: np.ndarray, ends: np.ndarray) -> set[int]:
+def _utf8_bad_lines(data: memoryview, buf: np.ndarray, ends: np.ndarray) -> set[int]:
     """Indexes of lines that are not valid UTF-8. Fast paths: pure ASCII, or the chunk decodes."""
     bad: set[int] = set()
     if not len(buf) or buf.max() < 0x80:
@@ -111,7 +112,7 @@ def _utf8_bad_lines(data: bytes, buf: np.ndarray, ends: np.ndarray) -> set[int]:
     pos = 0
     while pos < len(data):
         try:
-            data[pos:].decode("utf-8")
+            codecs.utf_8_decode(data[pos:], "strict", True)
             return bad
         except UnicodeDecodeError as exc:
             idx = int(np.searchsorted(ends, pos + exc.start, side="right"))
@@ -133,14 +134,17 @@ def _classify(raw: bytes) -> tuple[str, str] | None:
 
 
 def split_chunk(
-    data: bytes, first_line: int, first_offset: int, max_line_bytes: int = MAX_LINE_BYTES
+    data: bytes | bytearray, first_line: int, first_offset: int,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> tuple[LineBatch, bytes]:
-    """Turn a chunk into a batch of complete lines; return the unterminated tail separately."""
+    """Turn a chunk into a batch of complete lines; return the unterminated tail separately.
+    The batch's text is `data` itself (not a copy): a bytearray passed in must not change
+    while the batch lives."""
     buf = np.frombuffer(data, dtype=np.uint8)
     newlines = np.flatnonzero(buf == 10)
     n = len(newlines)
     ends = newlines + 1  # exclusive end, newline included
-    tail = data[int(ends[-1]) :] if n else data
+    tail = bytes(data[int(ends[-1]) :] if n else data)
     starts = np.empty(n, dtype=np.int64)
     if n:
         # a byte order mark before the first line is not part of it (its bytes are still hashed)
@@ -162,7 +166,7 @@ def split_chunk(
                f"line of {int(lengths[i]):,} bytes is over the {max_line_bytes:,}-byte limit "
                "(--max-line-bytes)")
     body = buf[: int(ends[-1])] if n else buf[:0]
-    for i in sorted(_utf8_bad_lines(data[: len(body)], body, ends)):
+    for i in sorted(_utf8_bad_lines(memoryview(data)[: len(body)], body, ends)):
         if keep[i]:
             reject(i, "invalid_utf8", "line is not valid UTF-8 text")
     # Lines not starting with '{' or holding NUL bytes are rare: numpy finds the candidates,
@@ -263,6 +267,22 @@ class StopAtDamage:
             out += piece
         return bytes(out)
 
+    def readinto(self, buf: memoryview) -> int:
+        """Read into `buf`: in place from a plain file, through `read` otherwise."""
+        if self.damage is not None:
+            return 0
+        if self.compressed:
+            data = self.read(len(buf))
+            buf[: len(data)] = data
+            return len(data)
+        try:
+            got = self.stream.readinto(buf) or 0
+        except (OSError, EOFError) as exc:
+            self.damage = f"{exc} (at decompressed byte {self.offset:,})"
+            return 0
+        self.offset += got
+        return got
+
     def _read(self, n: int) -> bytes:
         try:
             data = self.stream.read(n)
@@ -294,28 +314,30 @@ def read_lines(
     tail = b""
     oversized: Rejected | None = None  # a line longer than max_line_bytes, being skipped
     while True:
-        chunk = stream.read(chunk_bytes)
-        if on_read and chunk:
-            on_read(len(chunk))
-        if oversized is not None and chunk:
-            nl = chunk.find(b"\n")
+        data = _read_after(stream, tail, chunk_bytes)  # while a line is skipped, tail is b""
+        read = len(data) - len(tail)
+        if on_read and read:
+            on_read(read)
+        if not read:  # the end: what is left is the unterminated last line, if any
+            break
+        if oversized is not None:
+            nl = data.find(b"\n")
             if nl < 0:
-                oversized.byte_length += len(chunk)
-                consumed(chunk)
+                oversized.byte_length += len(data)
+                consumed(data)
                 continue
             oversized.byte_length += nl + 1
-            consumed(chunk[: nl + 1])
+            consumed(memoryview(data)[: nl + 1])
             yield LineBatch(_empty_table(), [oversized])
             state.next_line += 1
             state.next_offset += oversized.byte_length
             oversized = None
-            chunk = chunk[nl + 1 :]
-        if not chunk:
-            break
-        data = tail + chunk if tail else chunk
+            data = data[nl + 1 :]
+            if not data:  # the line ended with the bytes read: read on
+                continue
         batch, tail = split_chunk(data, state.next_line, state.next_offset, max_line_bytes)
         used = len(data) - len(tail)
-        consumed(data[:used] if tail else data)
+        consumed(memoryview(data)[:used] if tail else data)
         state.next_line += batch.table.num_rows + len(batch.rejected)
         state.next_offset += used
         if batch.table.num_rows or batch.rejected:
@@ -348,6 +370,22 @@ def read_lines(
     else:
         state.partial = None
         state.tail = b""
+
+
+def _read_after(stream, tail: bytes, n: int) -> bytes | bytearray:
+    """`tail`, then up to `n` bytes of `stream`, in one buffer: read in place where the
+    stream can (a plain file), so no chunk is copied again to put its first line together
+    (two 32 MB copies a chunk: one a tenth of the CPU of reading it)."""
+    readinto = getattr(stream, "readinto", None)
+    if readinto is None:
+        return tail + stream.read(n) if tail else stream.read(n)
+    buf = bytearray(len(tail) + n)
+    buf[: len(tail)] = tail
+    with memoryview(buf) as view:
+        got = readinto(view[len(tail):]) or 0
+    if got < n:
+        del buf[len(tail) + got:]
+    return buf
 
 
 def complete_partial(raw_tail: bytes, state: ReadState) -> LineBatch | None:
