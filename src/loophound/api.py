@@ -14,10 +14,12 @@ fix; the CLI turns those into one-line messages and exit status 2.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,6 +249,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
 
     plan = _guard_plan(spec, presets, sweep) if spec or presets or sweep else None
     step = step or (lambda _text: nullcontext())
+    ready = _in_background(_prepare_scan_and_report)
     tmp = None
     if store is None:
         tmp = Path(tempfile.mkdtemp(prefix="loophound-store-"))
@@ -267,6 +270,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 saved = load_run(Store(store), result.saved_in) if result.saved_in else None
                 replayed = _replay(result, plan, saved.number if saved else None)
         with step("writing the report"):
+            ready.join()
             size = write(build(result, generated_at, guards=replayed), Path(out))
         where = result.saved_in or Store(store).root
         made = ReportResult(Path(out), size, result.document, f"this scan (saved in {where})")
@@ -275,6 +279,29 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prepare_scan_and_report() -> None:
+    """What the scan and the report would otherwise start with, on the critical path:
+    importing the scan (the detectors) and `report.prepare` (plotly, plotly.js)."""
+    from .report import prepare
+    from .scan import scan_store  # noqa: F401 — imported for what it imports
+
+    prepare()
+
+
+def _in_background(work: Callable[[], None]) -> threading.Thread:
+    """`work` in a thread, started: reading logs and scanning leave one of two cores idle
+    about a third of the time. A failure there is left for the same work done again in the
+    foreground, where it is reported as any other. Not a daemon: a command that fails
+    early waits for it (well under a second) rather than exit while it imports."""
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            work()
+
+    thread = threading.Thread(target=run, name="loophound-prepare")
+    thread.start()
+    return thread
 
 
 @dataclass

@@ -25,6 +25,18 @@ def render(report: Report) -> str:
     return page(report.title, body, CSS, report.generated_at, report.tool_version)
 
 
+def prepare() -> None:
+    """Do now what rendering a first report costs beyond its data: importing the sections
+    and plotly, plotly's first figure, reading and hashing plotly.js (0.15-0.5 s, more on a
+    busy machine). `investigate` calls it in a thread while the logs are read and scanned,
+    which leave a core idle; whatever it did not finish, `render` does as before."""
+    from . import charts, html
+    from .sections import SECTIONS  # noqa: F401 — imported for what they import
+
+    charts.warm_up()
+    html.script_sources()
+
+
 def build(result: Any, generated_at: dt.datetime | str | None = None,
           guards: dict | None = None) -> str:
     """The report of a `ScanResult` (or a saved run) as one HTML string; with `guards` (a
@@ -51,4 +63,4 @@ def write(html: str, out: Path) -> int:
     return len(data)
 
 
-__all__ = ["Report", "build", "gather", "render", "write"]
+__all__ = ["Report", "build", "gather", "prepare", "render", "write"]
