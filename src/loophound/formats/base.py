@@ -178,12 +178,12 @@ def any_time_to_ts(json_expr: str) -> str:
 
 
 def extra_json(keys, alias: str = "r") -> str:
-    """SQL: a JSON object of the keys (read as JSON by from_json) that are present."""
-    parts = ", ".join(
-        f"""CASE WHEN {alias}."{k}" IS NOT NULL THEN '"{k}":' || CAST({alias}."{k}" AS VARCHAR) END"""
-        for k in sorted(keys)
-    )
-    return f"nullif('{{' || concat_ws(',', {parts}) || '}}', '{{}}')"
+    """SQL: a JSON object of the keys (read as JSON by from_json) that are present. A key
+    that is absent is NULL, and so is its `"key":value` (`||` passes NULL on), which
+    `concat_ws` leaves out; `concat` makes the braces in one string, where each `||` made
+    a string of its own (a third of the time of this column, on every line of a chunk)."""
+    parts = ", ".join(f"""'"{k}":' || CAST({alias}."{k}" AS VARCHAR)""" for k in sorted(keys))
+    return f"nullif(concat('{{', concat_ws(',', {parts}), '}}'), '{{}}')"
 
 
 def json_fields(keys) -> dict[str, str]:
