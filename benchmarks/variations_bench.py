@@ -23,7 +23,10 @@ With --query-only, only the query is timed (ingesting each log once into a store
 
 `--investigate-only` times `investigate` end to end (ingest, scan, report) against DuckDB's
 default COPY, and with `--against SRC` the investigate of another source tree too, in the
-same rounds.
+same rounds; `--ingest-only` the same for `ingest` alone:
+
+    python benchmarks/variations_bench.py --ingest-only --keep DIR --variants no_id
+        --scales "" --against /tmp/main-before/src [--repeat 5]
 
 `--scan-only --keep DIR` times the scan alone, on stores kept in DIR (`<log>.store`, ingested
 once, as with --query-only), and with `--against SRC` alternates it with the scan of another
@@ -297,18 +300,21 @@ def medians(runs: dict[str, list[dict]], figure: str) -> dict[str, float]:
             for k, v in runs.items() if any(figure in r for r in v)}
 
 
-def bench_investigate(name: str, log: Path, work: Path, repeat: int,
-                      against: Path | None) -> dict:
-    """`investigate` end to end (ingest, scan, report; imports included) against DuckDB's
-    default COPY of the same file, alternating in each round, each in a fresh process; with
-    `against`, the investigate of that source tree too."""
-    sides = {"baseline": None, "investigate": None} | ({"against": against} if against else {})
+def bench_against_baseline(name: str, log: Path, work: Path, repeat: int,
+                           against: Path | None, command: str = "investigate") -> dict:
+    """`command` (`investigate` end to end: ingest, scan, report; or `ingest` alone; imports
+    included) against DuckDB's default COPY of the same file, alternating in each round, each
+    in a fresh process; with `against`, that command of that source tree too."""
+    sides = {"baseline": None, command: None} | ({"against": against} if against else {})
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     for i in range(repeat):
         for side, src in sides.items():
             out = Path(tempfile.mkdtemp(dir=work))
             if side == "baseline":
                 runs[side].append(child(RUNNER, "baseline", str(log), str(out), BASELINE))
+            elif command == "ingest":
+                runs[side].append(child(RUNNER, "ingest", str(log), str(out / "store"), "",
+                                        src=src))
             else:
                 runs[side].append(child(INVESTIGATE, str(log), str(out), src=src))
             shutil.rmtree(out)
@@ -369,9 +375,12 @@ def main() -> None:
     ap.add_argument("--investigate-only", action="store_true",
                     help="time only `investigate` end to end against DuckDB's default COPY "
                          "(and the --against tree's investigate)")
+    ap.add_argument("--ingest-only", action="store_true",
+                    help="time only `loophound ingest` against DuckDB's default COPY (and the "
+                         "--against tree's ingest)")
     ap.add_argument("--against", type=Path,
-                    help="with --scan-only or --investigate-only: a source tree (src folder) "
-                         "whose scan or investigate alternates")
+                    help="with --scan-only, --investigate-only or --ingest-only: a source tree "
+                         "(src folder) whose scan, investigate or ingest alternates")
     args = ap.parse_args()
     if args.scan_only and not args.keep:
         ap.error("--scan-only needs --keep DIR (where the stores are kept)")
@@ -398,8 +407,10 @@ def main() -> None:
             if args.scan_only:
                 results.append(bench_scan(name, log, work, args.repeat, args.against))
                 continue
-            if args.investigate_only:
-                results.append(bench_investigate(name, log, work, args.repeat, args.against))
+            if args.investigate_only or args.ingest_only:
+                results.append(bench_against_baseline(
+                    name, log, work, args.repeat, args.against,
+                    "ingest" if args.ingest_only else "investigate"))
                 continue
             timed = args.investigate == "all" or v.name in args.investigate.split(",")
             if args.query_only:
@@ -414,7 +425,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    if args.scan_only or args.investigate_only:
+    if args.scan_only or args.investigate_only or args.ingest_only:
         return
     print()
     print(query_table(results) if args.query_only else table(results))

@@ -73,25 +73,60 @@ def _line(t: int, **fields) -> str:
                       separators=(",", ":")) + "\n"
 
 
-def test_an_answer_without_id_finds_its_request_in_an_earlier_run(tmp_path):
-    """A slow response read by a later ingest than its request: looked for among the stored
-    requests, its outcome reaching the request as a late outcome."""
+def _two_runs(tmp_path: Path, then: str) -> Store:
+    """A log of two requests ingested, then `then` appended to it and ingested."""
     log = tmp_path / "d.log"
     log.write_text(_line(0, event="received", action="navigate", session="s1", ownerHash="a")
                    + _line(100, event="received", action="click", session="s2", ownerHash="b"))
     store = Store(tmp_path / "st")
     ingest([str(log)], store)
     with log.open("a") as fh:
-        fh.write(_line(150, event="response", ok=True, elapsed_ms=50, ownerHash="b")
-                 + _line(30_000, event="response", ok=False, elapsed_ms=30_000,
-                         error_code="TIMEOUT", ownerHash="a"))
+        fh.write(then)
     ingest([str(log)], store)
-    con = store.connect()
+    return store
+
+
+def test_an_answer_without_id_finds_its_request_in_an_earlier_run(tmp_path):
+    """A slow response read by a later ingest than its request: looked for among the stored
+    requests, its outcome reaching the request as a late outcome."""
+    con = _two_runs(tmp_path, _line(150, event="response", ok=True, elapsed_ms=50, ownerHash="b")
+                    + _line(30_000, event="response", ok=False, elapsed_ms=30_000,
+                            error_code="TIMEOUT", ownerHash="a")).connect()
     rows = con.execute("""SELECT e.line, r.line, e.action, e.session FROM events e
                           JOIN events r ON r.event_id = e.answers ORDER BY e.line""").fetchall()
     assert rows == [(3, 2, "click", "s2"), (4, 1, "navigate", "s1")]
     assert con.execute("SELECT line, error FROM requests ORDER BY line").fetchall() == [
         (1, "TIMEOUT"), (2, None)]
+
+
+def test_a_line_nothing_places_goes_with_the_last_stored_request(tmp_path):
+    """A response without an id or a time, read by a later ingest than any request: nothing
+    of its batch places it, so it goes with the last request stored, whose outcome it is."""
+    con = _two_runs(tmp_path, json.dumps({"event": "response", "pid": 7, "ok": False,
+                                          "error_code": "TAB_NOT_FOUND"}) + "\n").connect()
+    assert con.execute("""SELECT e.line, r.line, e.action, e.session, e.corr_id FROM events e
+                          JOIN events r ON r.event_id = e.answers""").fetchall() == [
+        (3, 2, "click", "s2", "L2")]
+    assert con.execute("SELECT line, ok, error FROM requests ORDER BY line").fetchall() == [
+        (1, None, None), (2, False, "TAB_NOT_FOUND")]
+
+
+def test_a_request_two_responses_answer_takes_the_outcome_of_one(tmp_path):
+    """Two responses whose t − e both name one request (held back across chunks or not):
+    both answer it, and it takes one of their outcomes, not a mixture."""
+    log = tmp_path / "d.log"
+    log.write_text(_line(0, event="received", action="navigate", session="s1", ownerHash="a")
+                   + _line(10, event="response", ok=True, elapsed_ms=10, ownerHash="a")
+                   + _line(20, event="response", ok=False, elapsed_ms=20,
+                           error_code="TAB_NOT_FOUND", ownerHash="a"))
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    con = store.connect()
+    assert con.execute("""SELECT e.line, e.answers = r.event_id, e.action, e.session
+        FROM events e, events r WHERE r.line = 1 AND e.line > 1 ORDER BY e.line""").fetchall() \
+        == [(2, True, "navigate", "s1"), (3, True, "navigate", "s1")]
+    assert con.execute("SELECT ok, error, latency_ms FROM requests").fetchall()[0] in (
+        (True, None, 10.0), (False, "TAB_NOT_FOUND", 20.0))
 
 
 def test_interleaved_callers_are_told_apart_by_owner_and_elapsed_time(tmp_path):

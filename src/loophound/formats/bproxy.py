@@ -169,7 +169,7 @@ _NAMED = ("CASE WHEN corr_id[1] = 'L' AND 'L' || TRY_CAST(corr_id[2:] AS BIGINT)
           "THEN TRY_CAST(corr_id[2:] AS BIGINT) END")
 _LINES = f"""SELECT event_id, line, kind = 'request' AS request, kind = 'response' AS response,
       corr_id IS NULL AS unplaced, CASE WHEN corr_id IS NOT NULL THEN {_NAMED} END AS named,
-      coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, latency_ms,
+      answers, coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, latency_ms,
       actor, session, parent_id, action, ok, error
     FROM batch WHERE kind IN ('request', 'response', 'lifecycle')"""
 
@@ -190,76 +190,83 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection) -> None:
     strings. Where that would not give what the join gives (`_join_by_id`, which a log with
     ids on some lines needs, and which picks one of several responses of a request as DuckDB
     meets them), only `corr_id` is written and that join follows."""
-    lines = con.sql(_LINES).to_arrow_table()
-    request = _flags(lines["request"])
-    unplaced = _flags(lines["unplaced"])
-    probe = np.flatnonzero(~request & unplaced)
-    t = lines["t"].to_numpy()
-    latency = lines["latency_ms"].to_numpy(zero_copy_only=False)
-    with np.errstate(invalid="ignore"):  # NULL latency: NaN, not timed
-        timed = (latency >= 0) & (latency < 1e12) & (t != _NO_TIME)
-        at = np.where(timed, np.floor(t - np.where(timed, latency, 0)).astype(np.int64)
-                      + SLACK_MS, t)
-    named = pc.fill_null(lines["named"], -1).to_numpy()
+    lines = _Lines(con.sql(_LINES).to_arrow_table())
+    probe = np.flatnonzero(~lines.request & lines.unplaced)
+    at, timed = lines.at[probe], lines.timed[probe]
     # requests a line without an id may answer: those without an id, or placed ('L' + line)
-    placeable = request & (unplaced | (named == lines["line"].to_numpy()))
-    clocked = t[request & (t != _NO_TIME)]
-    times = at[probe][at[probe] != _NO_TIME]
+    placeable = lines.request & (lines.unplaced | (lines.named == lines.line))
+    clocked = lines.t[lines.request & (lines.t != _NO_TIME)]
+    times = at[at != _NO_TIME]
     stored = None
     if len(times) and (not len(clocked) or times.min() - TOLERANCE_MS < clocked.min()):
         # an answer whose request may be in an earlier batch (a 30 s timeout)
         first = con.execute("SELECT min(epoch_ms(ts)) FROM batch").fetchall()[0][0]
         since = max(int(times.min()) - TOLERANCE_MS, first - LOOKBACK_MS)
         stored = con.sql(f"""SELECT event_id, line,
-              coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, actor, session
+              coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, actor, session,
+              action, corr_id IS NOT NULL AS named
             FROM recent_stored_events WHERE kind = 'request'
               AND (corr_id IS NULL OR corr_id = 'L' || line)
               AND ts >= make_timestamp({since} * 1000)""").to_arrow_table()
     requests = _Requests(lines, np.flatnonzero(placeable), stored)
-    found = requests.place(lines, probe, at[probe], timed[probe])
+    found = requests.place(lines, probe, at, timed)
     placed = _Placed(con, lines, probe, requests, found)
-    con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
-                "AND kind = 'request'")
-    named_by_id = ~request & ~unplaced & (named < 0)  # an id of the log's own
-    if named_by_id.any() or not placeable[request].all() or not placed.exact(con):
+    named_by_id = ~lines.request & ~lines.unplaced & (lines.named < 0)  # an id of the log's
+    if named_by_id.any() or not placeable[lines.request].all() or not placed.exact(con):
         placed.write_corr_ids(con)
         _join_by_id(con)
     else:
         placed.write(con)
 
 
-def _flags(column: pa.ChunkedArray) -> np.ndarray:
-    return column.to_numpy(zero_copy_only=False).astype(bool)
+class _Lines:
+    """The rows of `_LINES`, with the columns placing compares as numpy arrays."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self.event_id, self.line, self.t = (table[c].to_numpy() for c in ("event_id", "line", "t"))
+        self.input = self.event_id >> 32
+        self.request, self.response, self.unplaced = (
+            table[c].to_numpy(zero_copy_only=False).astype(bool)
+            for c in ("request", "response", "unplaced"))
+        self.named = pc.fill_null(table["named"], -1).to_numpy()
+        self.answers = pc.fill_null(table["answers"], -1).to_numpy()
+        latency = table["latency_ms"].to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):  # NULL latency: NaN, not timed
+            self.timed = (latency >= 0) & (latency < 1e12) & (self.t != _NO_TIME)
+            # when a line without an id was asked: t − e (+ SLACK_MS), else its own time
+            self.at = np.where(self.timed, np.floor(self.t - np.where(self.timed, latency, 0))
+                               .astype(np.int64) + SLACK_MS, self.t)
 
 
 class _Requests:
     """The requests a line without an id may answer, as arrays: the stored ones near this
-    batch (`stored`), then this batch's (`lines` rows `rows`). `actor` and `session`: each
-    request's as numbers (`_codes`), `actors`, `sessions` the strings they stand for, and
-    `probe_actor` etc. the same numbers for the rows of `lines`."""
+    batch (`stored`), then this batch's (rows `rows` of `lines`). `actor`, `session`: each
+    request's as numbers (`_codes`); `codes`: the same numbers for the rows of `lines`, and
+    the strings they stand for."""
 
-    def __init__(self, lines: pa.Table, rows: np.ndarray, stored: pa.Table | None):
+    def __init__(self, lines: _Lines, rows: np.ndarray, stored: pa.Table | None):
         self.rows = rows
         self.stored = 0 if stored is None else stored.num_rows
+        self.stored_table = stored
         parts = [stored] if stored is not None else []
         self.event_id, self.line, self.t = (np.concatenate(
-            [p[c].to_numpy() for p in parts] + [lines[c].to_numpy()[rows]])
+            [p[c].to_numpy() for p in parts] + [getattr(lines, c)[rows]])
             for c in ("event_id", "line", "t"))
         self.input = self.event_id >> 32
-        # the strings of `lines` and of `stored` numbered together: codes of `lines` first
         self.codes: dict[str, tuple[np.ndarray, pa.Array]] = {}
-        for c in ("actor", "session"):
+        for c in ("actor", "session"):  # those of `lines` and `stored` numbered together
             codes, values = _codes(pa.chunked_array(
-                lines[c].chunks + [k for p in parts for k in p[c].chunks], pa.string()))
-            n = lines.num_rows
-            self.codes[c] = (codes[:n], values)
-            setattr(self, c, np.concatenate([codes[n:], codes[:n][rows]]))
+                lines.table[c].chunks + [k for p in parts for k in p[c].chunks], pa.string()))
+            self.codes[c] = (codes[:lines.table.num_rows], values)
+            setattr(self, c, np.concatenate([codes[lines.table.num_rows:],
+                                             codes[:lines.table.num_rows][rows]]))
 
-    def place(self, lines: pa.Table, probe: np.ndarray, at: np.ndarray,
+    def place(self, lines: _Lines, probe: np.ndarray, at: np.ndarray,
               timed: np.ndarray) -> np.ndarray:
-        """For each answering line `probe` (rows of `lines`, at time `at`), the index of its
-        request, -1 where none: the caller's request by time, then anyone's by time, then
-        the request line before it."""
+        """For each answering line `probe` (rows of `lines`, asked at `at`), the index of
+        its request, -1 where none: the caller's request by time, then anyone's by time,
+        then the request line before it."""
         found = np.full(len(probe), -1, dtype=np.int64)
         if not len(self.t):
             return found
@@ -271,17 +278,17 @@ class _Requests:
             by_time = _Sorted(keys.entry_key[clocked], self.t[entry], self.line[entry], entry,
                               ordered)
             near = np.where(timed, at - TOLERANCE_MS, _NO_TIME)  # how far back t − e may be
+            left = np.flatnonzero(at != _NO_TIME)
             for key in (keys.probe, keys.anyone):  # the caller's request, then anyone's
-                left = np.flatnonzero((found < 0) & (at != _NO_TIME))
                 i = by_time.last_at_or_before(key[left], at[left])
-                hit = (i >= 0) & (self.t[np.maximum(i, 0)] >= near[left])
+                hit = (i >= 0) & (_at(self.t, i) >= near[left])
                 found[left[hit]] = i[hit]
+                left = left[~hit]
         left = np.flatnonzero(found < 0)
         if len(left):  # the request line before
             by_line = _Sorted(keys.anyone_of_requests, self.line, self.line,
                               np.arange(len(self.line)), ordered)
-            i = by_line.last_at_or_before(keys.anyone[left], lines["line"].to_numpy()[probe][left])
-            found[left] = i
+            found[left] = by_line.last_at_or_before(keys.anyone[left], lines.line[probe][left])
         return found
 
 
@@ -289,8 +296,8 @@ def _ascending(inputs: np.ndarray, line: np.ndarray) -> bool:
     """Whether rows are in the order of (input, line)."""
     if len(line) < 2:
         return True
-    step, up = np.diff(inputs), np.diff(line)
-    return bool(((step > 0) | ((step == 0) & (up > 0))).all())
+    step = np.diff(inputs)
+    return bool(((step > 0) | ((step == 0) & (np.diff(line) > 0))).all())
 
 
 class _Keys:
@@ -302,30 +309,35 @@ class _Keys:
 
     LIMIT = 1 << 23  # keys beside a 40-bit position in an int64 (`_Sorted`)
 
-    def __init__(self, requests: _Requests, lines: pa.Table, probe: np.ndarray):
+    def __init__(self, requests: _Requests, lines: _Lines, probe: np.ndarray):
         n = len(requests.input)
-        inputs = np.concatenate([requests.input, lines["event_id"].to_numpy()[probe] >> 32])
-        if inputs.min() != inputs.max():
-            inputs = np.unique(inputs, return_inverse=True)[1].astype(np.int64)
-        else:
-            inputs = np.zeros(len(inputs), dtype=np.int64)
-        r_input, p_input = inputs[:n], inputs[n:]
+        p_input = lines.input[probe]
+        if requests.input.min() == requests.input.max() and (
+                not len(p_input) or (p_input == requests.input[0]).all()):
+            r_input, p_input = np.zeros(n, dtype=np.int64), np.zeros(len(p_input), np.int64)
+        else:  # several files read together: numbered 0, 1, ...
+            inputs = np.unique(np.concatenate([requests.input, p_input]),
+                               return_inverse=True)[1].astype(np.int64)
+            r_input, p_input = inputs[:n], inputs[n:]
         line_actor, actors = requests.codes["actor"]
         line_session, sessions = requests.codes["session"]
         empty = pc.index(sessions, "").as_py()  # an empty session is no session
 
-        def session(c: np.ndarray) -> np.ndarray:
-            return np.where(c < 0, -1, np.where(c == empty, 0, c + 1))
+        def session(c: np.ndarray) -> np.ndarray:  # NULL -1, empty 0, others 1, 2, ...
+            out = np.where(c < 0, -1, c + 1)
+            if empty >= 0:
+                out[c == empty] = 0
+            return out
 
         r_session, p_session = session(requests.session), session(line_session[probe])
         r_actor, p_actor = requests.actor, line_actor[probe]
-        named = lines["parent_id"].is_valid().to_numpy(zero_copy_only=False)[probe]
-        p_tag = np.where(p_actor >= 0, 1, np.where(named, 2, 0))
-        p_who = np.where(p_tag == 1, p_actor, 0)
+        process = lines.table["parent_id"].is_valid().to_numpy(zero_copy_only=False)[probe]
+        p_tag = np.where(p_actor >= 0, 1, process.astype(np.int64) * 2)
+        p_who = np.maximum(p_actor, 0)
         r_who = {0: np.zeros(n, dtype=np.int64), 1: r_actor}
         who_size = len(actors) + 1
         if (p_tag == 2).any():  # lines naming only their process: each request's process
-            parents = lines["parent_id"].take(probe[p_tag == 2])
+            parents = lines.table["parent_id"].take(probe[p_tag == 2])
             pids = pc.list_element(pc.split_pattern(actors, ":", max_splits=1), 0)
             codes, values = _codes(pa.chunked_array(parents.chunks + [pids], pa.string()))
             p_who[p_tag == 2] = codes[:len(parents)]
@@ -342,13 +354,13 @@ class _Keys:
             if with_session:
                 # an empty session is no session: such a request is already under that key
                 ok &= (r_session > 0) if (tag, False) in levels else (r_session >= 0)
-            i = np.flatnonzero(ok)
+            i = np.flatnonzero(ok) if not ok.all() else np.arange(n)
             keys.append(_key(sizes, r_input[i], tag, who[i], r_session[i] if with_session else 0))
             index.append(i)
         parts = [*keys, _key(sizes, p_input, p_tag, p_who, np.maximum(p_session, 0)),
                  _key(sizes, p_input, 0, 0, 0), _key(sizes, r_input, 0, 0, 0)]
-        if (int(inputs.max()) + 1) * 3 * sizes[0] * sizes[1] >= self.LIMIT:
-            # too many to pack beside a position: numbered by rank
+        if (int(r_input.max(initial=0)) + int(p_input.max(initial=0)) + 1) * 3 * sizes[0] \
+                * sizes[1] >= self.LIMIT:  # too many to pack beside a position: ranks
             ranks = np.unique(np.concatenate(parts), return_inverse=True)[1].astype(np.int64)
             parts = np.split(ranks, np.cumsum([len(x) for x in parts])[:-1])
         self.entry_key = np.concatenate(parts[:len(keys)])
@@ -391,11 +403,13 @@ class _Sorted:
         if not ordered:
             order = np.lexsort((line, combined))
         elif (np.diff(combined) >= 0).all():
-            order = np.arange(len(combined))
+            order = None
         else:
-            by_key = np.argsort(key, kind="stable")
+            by_key = np.argsort(key.astype(np.uint16) if key.max() < 1 << 16 else key,
+                                kind="stable")
             order = by_key[np.argsort(combined[by_key], kind="stable")]
-        self.combined, self.item = combined[order], item[order]
+        self.combined = combined if order is None else combined[order]
+        self.item = item if order is None else item[order]
 
     def last_at_or_before(self, key: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """For each (key, pos), the item of the greatest entry with that key at or before
@@ -413,7 +427,7 @@ class _Placed:
     back from the chunk before: `corr_id` 'L' + a line). `row`: the request's row in `fields`
     (this batch's requests are rows of `lines`, stored ones follow), -1 where none."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, lines: pa.Table, probe: np.ndarray,
+    def __init__(self, con: duckdb.DuckDBPyConnection, lines: _Lines, probe: np.ndarray,
                  requests: _Requests, found: np.ndarray):
         self.lines = lines
         corr_line = _at(requests.line, found)
@@ -424,33 +438,33 @@ class _Placed:
                 if before is not None:
                     corr_line[found < 0] = before
                     break
-        request = _flags(lines["request"])
-        named = pc.fill_null(lines["named"], -1).to_numpy()
-        earlier = np.flatnonzero(~request & ~_flags(lines["unplaced"]) & (named >= 0))
+        earlier = np.flatnonzero(~lines.request & ~lines.unplaced & (lines.named >= 0))
         self.answering = np.concatenate([probe, earlier])
-        self.corr_line = np.concatenate([corr_line, named[earlier]])
-        self.input = lines["event_id"].to_numpy()[self.answering] >> 32
+        self.corr_line = np.concatenate([corr_line, lines.named[earlier]])
+        self.probes = len(probe)
+        self.requests, self.found = requests, found
         # the request of each: a row of `lines` where it is in this batch
         in_batch = found >= requests.stored
         self.row = np.full(len(self.answering), -1, dtype=np.int64)
         self.row[:len(probe)][in_batch] = requests.rows[found[in_batch] - requests.stored]
         if len(earlier):
-            self.row[len(probe):] = _request_rows(lines, request, self.input[len(probe):],
-                                                  named[earlier])
-        self.probes = len(probe)
-        self.fields = lines.select(["event_id", "action", "session", "actor"])
-        self.found_stored = False
+            self.row[len(probe):] = _request_rows(lines, lines.input[earlier],
+                                                  lines.named[earlier])
+        self.fields = lines.table.select(["event_id", "action", "session", "actor"])
+        self.found_stored = False  # stored requests looked up (`_found`)
+        self.late: pa.Table | None = None  # or their outcomes, known from the match
+        self.written = np.ones(len(self.answering), dtype=bool)  # the lines to write
 
     def exact(self, con: duckdb.DuckDBPyConnection) -> bool:
         """Whether writing the match gives what the join by `corr_id` gives: each request
         of the batch answered by one response at most, each stored one found once. Looks
         the stored ones up (`_found`, as `_join_by_id` does) and points `row` at them."""
-        response = _flags(self.lines["response"])[self.answering]
+        response = self.lines.response[self.answering]
         answered = self.row[response & (self.row >= 0)]
         if len(answered) and np.bincount(answered).max() > 1:
             return False
         orphans = (self.row < 0) & (self.corr_line >= 0)
-        if not orphans.any():
+        if not orphans.any() or self._stored_known(orphans):
             return True
         asked = pa.table({"corr_id": pc.binary_join_element_wise(
             "L", pc.cast(pa.array(np.unique(self.corr_line[orphans])), pa.string()), "")})
@@ -464,51 +478,104 @@ class _Placed:
         stored = con.sql("SELECT event_id, CAST(corr_id[2:] AS BIGINT) AS line, action, "
                          "session, actor FROM _found").to_arrow_table()
         where: dict[tuple[int, int], int] = {}
-        for i, key in enumerate(zip(stored["event_id"].to_numpy() >> 32,
-                                    stored["line"].to_numpy(), strict=True)):
-            if where.setdefault((int(key[0]), int(key[1])), self.fields.num_rows + i) \
-                    != self.fields.num_rows + i:
+        for i, key in enumerate(zip((stored["event_id"].to_numpy() >> 32).tolist(),
+                                    stored["line"].to_numpy().tolist(), strict=True)):
+            if where.setdefault(key, self.fields.num_rows + i) != self.fields.num_rows + i:
                 return False  # a stored request found twice: the join picks one
         rows = np.flatnonzero(orphans)
-        self.row[rows] = [where.get((int(i), int(line)), -1)
-                          for i, line in zip(self.input[rows], self.corr_line[rows], strict=True)]
+        inputs = self.lines.input[self.answering[rows]]
+        self.row[rows] = [where.get(key, -1) for key in zip(
+            inputs.tolist(), self.corr_line[rows].tolist(), strict=True)]
         self.fields = pa.concat_tables([self.fields, stored.select(self.fields.column_names)])
         return True
 
+    def _stored_known(self, orphans: np.ndarray) -> bool:
+        """Whether the stored requests the lines `orphans` answer are known without the
+        look-up by `corr_id`: those matched now were read with the stored requests, those
+        of the lines held back are their `answers`; and each answered by one response at
+        most. Then `row` points at them (the held-back lines keep what they have) and
+        `late` has their outcomes, as `_late_outcomes` would find them."""
+        n, requests = self.probes, self.requests
+        matched = self.found[orphans[:n]]
+        if (matched < 0).any():  # placed with the last request stored: looked up
+            return False
+        stored = requests.stored_table
+        if len(matched) and not pc.all(stored["named"].take(matched)).as_py():
+            return False  # a stored request without a corr_id: the look-up misses it
+        target = np.full(len(self.answering), -1, dtype=np.int64)
+        target[:n][orphans[:n]] = requests.event_id[matched]
+        held = np.flatnonzero(orphans[n:]) + n
+        target[held] = self.lines.answers[self.answering[held]]
+        response = np.flatnonzero(self.lines.response[self.answering] & (target >= 0))
+        if len(np.unique(target[response])) < len(response):
+            return False  # a stored request answered twice: `any_value` picks
+        if len(matched):
+            self.row[np.flatnonzero(orphans[:n])] = self.fields.num_rows + matched
+            self.fields = pa.concat_tables([self.fields,
+                                            stored.select(self.fields.column_names)])
+        self.written[held] = False  # what they have is what the join would write again
+        self.late = self.lines.table.select(["ok", "error", "latency_ms"]).take(
+            self.answering[response]).add_column(0, "event_id", pa.array(target[response]))
+        return True
+
     def write_corr_ids(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Only each line placed now: its `corr_id` (and no process in `parent_id`)."""
+        """Only `corr_id`: each request's own ('L' + line), and each line placed now its
+        request's (with no process left in `parent_id`), for `_join_by_id` to join."""
+        con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
+                    "AND kind = 'request'")
         self._update(con, "UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL "
                           "FROM _answer a WHERE batch.event_id = a.event_id",
-                     self._answers(self.probes))
+                     self._answers(np.arange(self.probes)))
 
     def write(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Each answering line's `corr_id` and its request's fields, each request's outcome,
-        and the outcomes of stored requests (`late_outcomes`)."""
-        answer = self._answers(len(self.answering))
-        joined = self.row >= 0
-        taken = self.fields.take(pa.array(self.row, mask=~joined))
-        answer = answer.append_column("joined", pa.array(joined)) if not joined.all() else answer
+        """Each answering line's `corr_id` and its request's fields; each request's own
+        `corr_id` and its response's outcome; the outcomes of stored requests answered
+        here (`late_outcomes`)."""
+        written = np.flatnonzero(self.written)
+        answer = self._answers(written)
+        row = self.row[written]
+        joined = row >= 0
+        taken = self.fields.take(pa.array(row, mask=~joined))
+        if not joined.all():
+            answer = answer.append_column("joined", pa.array(joined))
         for c in ("event_id", "action", "session", "actor"):
             answer = answer.append_column("answers" if c == "event_id" else c, taken[c])
-        pick = "a.{0}" if joined.all() else "CASE WHEN a.joined THEN a.{0} ELSE batch.{0} END"
-        response = _flags(self.lines["response"])[self.answering] & (self.row >= 0) \
-            & (self.row < self.lines.num_rows)
-        outcome = self.lines.select(["ok", "error", "latency_ms"]).take(
-            self.answering[response]).append_column(
-            "event_id", self.lines["event_id"].take(self.row[response]))
+        lines = self.lines
+        # the requests to write: without a corr_id yet, or answered here (by one response)
+        answering = self.answering[written]
+        response = lines.response[answering] & joined & (row < lines.table.num_rows)
+        answered_by = np.full(lines.table.num_rows, -1, dtype=np.int64)
+        answered_by[row[response]] = answering[response]
+        rows = np.flatnonzero((lines.request & lines.unplaced) | (answered_by >= 0))
+        by = answered_by[rows]
+        outcome = lines.table.select(["ok", "error", "latency_ms"]).take(
+            pa.array(by, mask=by < 0)).append_column("event_id", pa.array(lines.event_id[rows]))
+        if (by < 0).any():
+            outcome = outcome.append_column("answered", pa.array(by >= 0))
         self._update(con, f"""
           UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL,
-            answers = {pick.format('answers')}, action = {pick.format('action')},
-            session = {pick.format('session')}, actor = coalesce(batch.actor, a.actor)
+            answers = {_pick(answer, 'a', 'joined', 'answers')},
+            action = {_pick(answer, 'a', 'joined', 'action')},
+            session = {_pick(answer, 'a', 'joined', 'session')},
+            actor = coalesce(batch.actor, a.actor)
           FROM _answer a WHERE batch.event_id = a.event_id;
-          UPDATE batch SET ok = o.ok, error = o.error, latency_ms = o.latency_ms
+          UPDATE batch SET corr_id = 'L' || batch.line,
+            ok = {_pick(outcome, 'o', 'answered', 'ok')},
+            error = {_pick(outcome, 'o', 'answered', 'error')},
+            latency_ms = {_pick(outcome, 'o', 'answered', 'latency_ms')}
           FROM _outcome o WHERE batch.event_id = o.event_id;""", answer, outcome)
         if self.found_stored:
             _late_outcomes(con)
+        elif self.late is not None and self.late.num_rows:
+            con.register("_late", self.late)
+            try:
+                con.execute("INSERT INTO late_outcomes SELECT * FROM _late")
+            finally:
+                con.unregister("_late")
 
-    def _answers(self, n: int) -> pa.Table:
-        corr_line = self.corr_line[:n]
-        return pa.table({"event_id": self.lines["event_id"].take(self.answering[:n]),
+    def _answers(self, which: np.ndarray) -> pa.Table:
+        corr_line = self.corr_line[which]
+        return pa.table({"event_id": self.lines.event_id[self.answering[which]],
                          "corr_line": pa.array(corr_line, mask=corr_line < 0)})
 
     @staticmethod
@@ -525,16 +592,25 @@ class _Placed:
                 con.unregister("_outcome")
 
 
-def _request_rows(lines: pa.Table, request: np.ndarray, inputs: np.ndarray,
-                  line: np.ndarray) -> np.ndarray:
+def _pick(table: pa.Table, alias: str, flag: str, column: str) -> str:
+    """The new value of `column` from `table` where its `flag` says so, else the old one."""
+    if flag not in table.column_names:
+        return f"{alias}.{column}"
+    return f"CASE WHEN {alias}.{flag} THEN {alias}.{column} ELSE batch.{column} END"
+
+
+def _request_rows(lines: _Lines, inputs: np.ndarray, line: np.ndarray) -> np.ndarray:
     """The rows of `lines` of the requests at (`inputs`, `line`), -1 where there is none."""
-    rows = np.flatnonzero(request)
-    key = ((lines["event_id"].to_numpy()[rows] >> 32) << 32) | lines["line"].to_numpy()[rows]
-    order = np.argsort(key, kind="stable")
+    rows = np.flatnonzero(lines.request)
+    if not len(rows):
+        return np.full(len(line), -1, dtype=np.int64)
+    key = (lines.input[rows] << 32) | lines.line[rows]
+    if not (np.diff(key) > 0).all():
+        order = np.argsort(key, kind="stable")
+        key, rows = key[order], rows[order]
     wanted = (inputs << 32) | line
-    at = np.minimum(np.searchsorted(key[order], wanted), max(len(key) - 1, 0))
-    hit = (at < len(key)) & (key[order][at] == wanted) if len(key) else np.zeros(len(line), bool)
-    return np.where(hit, rows[order][at] if len(key) else -1, -1)
+    at = np.minimum(np.searchsorted(key, wanted), len(key) - 1)
+    return np.where(key[at] == wanted, rows[at], -1)
 
 
 # What detectors may know of bproxy (log-formats §2.4): its own pacing before it answers,
