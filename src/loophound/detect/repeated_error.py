@@ -88,14 +88,17 @@ class Params:
                                        "call ends its retry run")
 
 
-# Every (actor, session, action) that failed at least `min_count` times, numbered; then their
-# attempts. Runs are cut in numpy: one scan in SQL (joined on a hash of the triple, then
-# checked), one sort and vectorised comparisons, because a 600,000-attempt storm is one window
-# partition that SQL would walk on one core, three times.
+# Every (actor, session, action) that failed at least `min_count` times, numbered, with its
+# error texts and their hashes (the texts of its attempts' errors: a second join of the
+# attempts cost a fifth of the detector); then their attempts. Runs are cut in numpy: one
+# scan in SQL (joined on a hash of the triple, then checked), one sort and vectorised
+# comparisons, because a 600,000-attempt storm is one window partition that SQL would walk
+# on one core, three times.
 GROUPS = """
 SELECT actor, session, action, hash(actor, session, action) AS h,
        row_number() OVER (ORDER BY actor, session, action) AS g,
-       bool_or(kind = 'tool_call') AS calls
+       bool_or(kind = 'tool_call') AS calls,
+       list(DISTINCT {'hash': hash(error), 'text': error}) AS errors
 FROM events
 WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND error IS NOT NULL
 GROUP BY actor, session, action HAVING count(*) >= $min_count
@@ -116,7 +119,6 @@ SELECT g.g, epoch_ms(e.ts) AS t, coalesce(e.ok, false) AS ok, e.event_id,
 # a group holds tool calls: a storm of requests does not pay for it)
 CALL_HASH = (",\n       CASE WHEN e.kind = 'tool_call' THEN hash(e.action_key, e.result_key) "
              "ELSE 0 END AS call_hash")
-ERROR_TEXTS = "SELECT hash(e.error), any_value(e.error)" + ATTEMPTS_FROM + " GROUP BY 1"
 
 CLAIM = claim_units(
     "list_contains($errors, e.error) AND e.actor IS NOT DISTINCT FROM $actor "
@@ -245,7 +247,9 @@ def consecutive_runs(con: duckdb.DuckDBPyConnection, p: Params
     found = con.sql(GROUPS, params={"kinds": kinds, "min_count": p.min_count}).to_arrow_table()
     if found.num_rows == 0:
         return [], NONE
-    groups = {r["g"]: (r["actor"], r["session"], r["action"]) for r in found.to_pylist()}
+    rows = found.to_pylist()
+    groups = {r["g"]: (r["actor"], r["session"], r["action"]) for r in rows}
+    texts = {e["hash"]: e["text"] for r in rows for e in r["errors"]}
     format_of = input_formats(con)
     con.register("_re_groups", found)
     try:
@@ -256,7 +260,6 @@ def consecutive_runs(con: duckdb.DuckDBPyConnection, p: Params
         calls = any(found["calls"].to_pylist())
         cols = con.execute(ATTEMPTS.format(call=CALL_HASH if calls else "")
                            + " ORDER BY g.g, t, e.event_id", {"kinds": kinds}).fetchnumpy()
-        texts = dict(con.execute(ERROR_TEXTS, {"kinds": kinds}).fetchall())
     finally:
         con.unregister("_re_groups")
     if not len(cols["t"]):
