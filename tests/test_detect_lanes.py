@@ -106,3 +106,26 @@ def test_the_lanes_run_at_once(store, monkeypatch):
     run_detectors(store.connect(), settings(), ["ping_pong", "depth_violation", "rate_spike",
                                                 "trigger_cycle"], lanes=2)
     assert len(threads) == 2
+
+
+def test_the_detectors_holding_events_in_python_run_one_after_the_other(store, monkeypatch):
+    """repeated_error and the stuck detectors each hold much of the log in Python: never
+    two at once (their memory would add up), on one connection, while others run beside."""
+    meet = threading.Barrier(2, timeout=30)  # repeated_error and ping_pong run at once
+    where: dict[str, str] = {}
+
+    def record(name):
+        def run(con, p):
+            where[name] = threading.current_thread().name
+            if name in ("repeated_error", "ping_pong"):
+                meet.wait()
+            return []
+        return run
+
+    for name in DETECTORS:
+        monkeypatch.setitem(detect.DETECTORS, name,
+                            dataclasses.replace(DETECTORS[name], run=record(name)))
+    lane = ["repeated_error", "repeated_action", "alternating_action"]
+    run_detectors(store.connect(), settings(), [*lane, "ping_pong"], lanes=2)
+    assert {DETECTORS[n].lane for n in lane} == {ac.LANE}
+    assert len({where[n] for n in lane}) == 1 and where["ping_pong"] != where[lane[0]]

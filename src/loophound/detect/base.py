@@ -123,7 +123,8 @@ class Detector:
     prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
     # detectors run side by side, each on a connection of its own; those of one `lane` (a
     # name) run one after the other on one, because one uses what another prepared there
-    # (repeated_action and alternating_action share one pass over the actions)
+    # (repeated_action and alternating_action share one pass over the actions), or because
+    # each holds much of the log in Python, which two at once would hold twice over
     lane: str = ""
     # a detector with a global step (unusual_actor fits one forest over every actor's
     # windows) is two steps, `gathered(parts, gather)` its `run`: `parts(con, params)`

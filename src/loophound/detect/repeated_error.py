@@ -64,7 +64,7 @@ import numpy as np
 from ..db import temp_table
 from ..normalise import mask, mask_sql
 from ..vocabulary import Severity
-from .actions import MAX_CYCLE, clip
+from .actions import LANE, MAX_CYCLE, clip
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
 
@@ -721,4 +721,5 @@ DETECTOR = Detector(
     # runs are one (actor, session, action)'s, retry runs one (actor, session, call)'s; what
     # stopped them, a close of the session
     partition_by=("session",),
+    lane=LANE,  # its attempts are held in Python: not beside the stuck detectors' actions
 )
