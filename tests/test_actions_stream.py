@@ -16,7 +16,6 @@ from loophound.detect import alternating_action as aa
 from loophound.detect import repeated_action as ra
 from loophound.detect import run_detectors, settings
 from loophound.ingest import ingest
-from loophound.normalise import mask_sql
 from loophound.store import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
@@ -155,20 +154,3 @@ def test_chunks_of_groups_hold_at_most_so_many_rows_or_one_group():
     assert ac.chunks([3, 4, 2], 100) == [(1, 3)]
     assert ac.chunks([5, 5], 1) == [(1, 1), (2, 2)]
     assert ac.chunks([], 10) == []
-
-
-def test_the_arguments_masked_once_per_text_are_each_calls_own(store):
-    """SEQUENCE masks each distinct argument text once (`loose`): every call's is the mask
-    of its own arguments, and a call without arguments has the hash of NULL, as when each
-    row was masked."""
-    con = store.connect()
-    kinds = list(ac.ACTION_KINDS)
-    con.register("_stuck_cand", con.sql(ac.CANDIDATES, params={"kinds": kinds}).to_arrow_table())
-    rows = con.execute(f"""
-        SELECT s.loose, hash(CASE WHEN e.args IS NOT NULL
-                                  THEN {mask_sql('e.args', numbers=False)} END), e.args
-        FROM ({ac.SEQUENCE}) s JOIN events e USING (event_id) WHERE s.own""",
-        {"kinds": kinds, "told": list(ac.TOLD_KINDS), "lo": 1, "hi": 10**9}).fetchall()
-    assert len(rows) > 300 and any(a is None for *_, a in rows)
-    assert len({a for *_, a in rows}) < len(rows)  # texts repeat
-    assert all(loose == own for loose, own, _ in rows)

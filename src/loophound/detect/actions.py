@@ -61,22 +61,15 @@ FROM (SELECT actor, session, CAST(sum(k) AS BIGINT) AS n FROM (
 
 # The candidates' actions, and what others did in their sessions. `loose` is the arguments
 # with ids masked but numbers kept: calls that differ only in a number walk through items.
-# Masked once per distinct text (a storm repeats a few thousand texts 600,000 times, and the
-# regular expressions were half of this query's CPU)
 SEQUENCE = f"""
-WITH own AS (
-  SELECT CAST(c.g AS INTEGER) AS g, epoch_ms(e.ts) AS t, e.event_id,
-    hash(e.action_key) AS akey, hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
-    e.result_key IS NOT NULL AS known,
-    e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS erred, e.args
-  FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.actor = c.actor
-  WHERE e.session IS NOT DISTINCT FROM c.session AND list_contains($kinds, e.kind)
-    AND e.ts IS NOT NULL AND e.action_key IS NOT NULL)
-SELECT g, t, event_id, true AS own, akey, fkey, known, erred,
-  coalesce(m.loose, hash(CAST(NULL AS VARCHAR))) AS loose, false AS told
-FROM own LEFT JOIN (SELECT args, hash({mask_sql('args', numbers=False)}) AS loose
-                    FROM (SELECT DISTINCT args FROM own WHERE args IS NOT NULL)) m
-  ON own.args = m.args
+SELECT CAST(c.g AS INTEGER) AS g, epoch_ms(e.ts) AS t, e.event_id, true AS own,
+  hash(e.action_key) AS akey, hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
+  e.result_key IS NOT NULL AS known, e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS erred,
+  hash(CASE WHEN e.args IS NOT NULL THEN {mask_sql('e.args', numbers=False)} END) AS loose,
+  false AS told
+FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.actor = c.actor
+WHERE e.session IS NOT DISTINCT FROM c.session AND list_contains($kinds, e.kind)
+  AND e.ts IS NOT NULL AND e.action_key IS NOT NULL
 UNION ALL
 SELECT CAST(c.g AS INTEGER), epoch_ms(e.ts), e.event_id, false, NULL, NULL, NULL, NULL, NULL,
   e.target IS NOT DISTINCT FROM c.actor AND list_contains($told, e.kind)
