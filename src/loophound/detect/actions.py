@@ -77,11 +77,6 @@ FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.session
 WHERE e.actor IS DISTINCT FROM c.actor AND e.ts IS NOT NULL
   AND (list_contains($kinds, e.kind) OR list_contains($told, e.kind))
 """
-# the lane (`Detector.lane`) of the detectors that share the pass (`want`, `loops`), and of
-# repeated_error: each holds a large share of the log's events in Python (a chunk of the
-# actions, the failing groups' attempts), so one after the other (side by side, the scan of
-# 10× the incident peaked at 1.19 GB)
-LANE = "events in Python"
 # the candidates' actions are read for this many at a time (about 100 MB of columns, and as
 # much again to sort them), or for one (actor, session) that made more
 CHUNK_ROWS = 1 << 21

@@ -36,7 +36,6 @@ from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
-    LANE,
     MAX_CYCLE,
     Bounds,
     LoopParams,
@@ -56,7 +55,7 @@ from .actions import (
     ts,
     want,
 )
-from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
+from .base import GROWS_WITH_LOG, Detector, EvidenceLine, Finding, human_duration, param, staged
 
 
 @dataclass
@@ -257,5 +256,5 @@ DETECTOR = Detector(
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
     prepare=prepare,
-    lane=LANE,
+    lane=GROWS_WITH_LOG,
 )

@@ -44,7 +44,6 @@ from ..vocabulary import Severity
 from .actions import (
     ACTION_KINDS,
     GUARDS,
-    LANE,
     Bounds,
     LoopParams,
     Pace,
@@ -64,7 +63,7 @@ from .actions import (
     ts,
     want,
 )
-from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
+from .base import GROWS_WITH_LOG, Detector, EvidenceLine, Finding, human_duration, param, staged
 
 
 @dataclass
@@ -253,5 +252,5 @@ DETECTOR = Detector(
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
     prepare=prepare,
-    lane=LANE,
+    lane=GROWS_WITH_LOG,
 )

@@ -64,8 +64,8 @@ import numpy as np
 from ..db import temp_table
 from ..normalise import mask, mask_sql
 from ..vocabulary import Severity
-from .actions import LANE, MAX_CYCLE, clip
-from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
+from .actions import MAX_CYCLE, clip
+from .base import GROWS_WITH_LOG, Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
 
 ATTEMPT_KINDS = ("request", "step", "message", "room_post", "llm_call", "record", "trigger",
@@ -721,5 +721,5 @@ DETECTOR = Detector(
     # runs are one (actor, session, action)'s, retry runs one (actor, session, call)'s; what
     # stopped them, a close of the session
     partition_by=("session",),
-    lane=LANE,  # its attempts are held in Python: not beside the stuck detectors' actions
+    lane=GROWS_WITH_LOG,
 )

@@ -56,7 +56,17 @@ import numpy as np
 
 from .. import db
 from ..vocabulary import Severity
-from .base import Detector, EvidenceLine, Finding, claim_units, gathered, human_duration, judged, param
+from .base import (
+    GROWS_WITH_LOG,
+    Detector,
+    EvidenceLine,
+    Finding,
+    claim_units,
+    gathered,
+    human_duration,
+    judged,
+    param,
+)
 from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
 
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
@@ -625,6 +635,7 @@ DETECTOR = Detector(
     rank=90,
     max_severity="medium",
     prepare=prepare,
+    lane=GROWS_WITH_LOG,
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor", "session")),
 )
