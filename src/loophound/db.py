@@ -179,8 +179,9 @@ class _Host:
     looks at the store's catalog a dozen times. Detaching releases the file's lock, so other
     processes see the catalog free between uses exactly as with a connection per use. Uses of
     a file while it is attached share one cursor (a new cursor, its settings and `USE` cost
-    several milliseconds). For one thread: loophound's other threads (reading lines ahead,
-    writing Parquet) never touch DuckDB."""
+    several milliseconds). For one thread: loophound's other threads never attach a file
+    (reading lines ahead and writing Parquet do not touch DuckDB; a scan's second lane of
+    detectors reads through a cursor of its own, `store.sibling`)."""
 
     def __init__(self) -> None:
         self.con: duckdb.DuckDBPyConnection | None = None
