@@ -26,6 +26,11 @@ PREVIEW_BYTES = 200
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".bz2": "bzip2"}
 
 
+# the columns of a batch of lines
+LINES_SCHEMA = pa.schema([("line", pa.int64()), ("byte_offset", pa.int64()),
+                          ("byte_length", pa.int32()), ("text", pa.large_string())])
+
+
 @dataclass
 class Rejected:
     """A line that cannot become an event, with the reason a person will read."""
@@ -193,7 +198,7 @@ def records_batch(data: bytes, ranges: list[tuple[int, int]],
     lines: record n is line n, its bytes exactly those of the range (no newline of its own).
     A record that is too long, not UTF-8, binary or not an object is rejected as a line would
     be; JSON validity is decided later, in SQL, as for lines."""
-    rows: list[tuple[int, int, int, str]] = []
+    rows: list[tuple[int, int, int, bytes]] = []
     rejected: list[Rejected] = []
     for n, (offset, length) in enumerate(ranges, 1):
         raw = data[offset:offset + length]
@@ -206,17 +211,21 @@ def records_batch(data: bytes, ranges: list[tuple[int, int]],
         verdict = _classify(raw)
         if verdict is None:
             try:
-                rows.append((n, offset, length, raw.decode("utf-8")))
+                raw.decode("utf-8")
+                rows.append((n, offset, length, raw))
                 continue
             except UnicodeDecodeError:
                 verdict = ("invalid_utf8", "record is not valid UTF-8 text")
         rejected.append(Rejected(n, offset, length, *verdict, preview(raw)))
+    lengths = np.array([r[2] for r in rows], dtype=np.int64)
     table = pa.table({
         "line": pa.array([r[0] for r in rows], pa.int64()),
         "byte_offset": pa.array([r[1] for r in rows], pa.int64()),
-        "byte_length": pa.array([r[2] for r in rows], pa.int32()),
-        "text": pa.array([r[3] for r in rows], pa.large_string()),
-    })
+        "byte_length": pa.array(lengths, pa.int32()),
+        "text": pa.LargeStringArray.from_buffers(
+            len(rows), pa.py_buffer(np.concatenate(([0], np.cumsum(lengths)))),
+            pa.py_buffer(b"".join(r[3] for r in rows))),
+    }, schema=LINES_SCHEMA)
     return LineBatch(table, rejected)
 
 
@@ -224,23 +233,20 @@ def _arrow_lines(
     data: bytes, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray,
     first_line: int, first_offset: int,
 ) -> pa.Table:
-    """Zero-copy Arrow strings over the chunk: each value is one line, newline included."""
+    """Zero-copy Arrow strings over the chunk: each value is one line, newline included;
+    only the kept lines are copied out when some are not (those may not be UTF-8)."""
     idx = np.flatnonzero(keep)
-    if len(idx) == len(starts):
-        offsets = np.concatenate([starts[:1], ends]).astype(np.int64)
-        text = pa.LargeStringArray.from_buffers(
-            len(starts), pa.py_buffer(offsets), pa.py_buffer(data)
-        )
-    else:
-        text = pa.array(
-            [data[int(starts[i]) : int(ends[i])].decode("utf-8") for i in idx], pa.large_string()
-        )
+    offsets = np.concatenate([starts[:1], ends]).astype(np.int64)
+    text = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets),
+                                            pa.py_buffer(data))
+    if len(idx) != len(starts):
+        text = text.filter(pa.array(keep))
     return pa.table({
         "line": pa.array(idx + first_line, pa.int64()),
         "byte_offset": pa.array(starts[idx] + first_offset, pa.int64()),
         "byte_length": pa.array((ends - starts)[idx], pa.int32()),
         "text": text,
-    })
+    }, schema=LINES_SCHEMA)
 
 
 class StopAtDamage:
@@ -401,9 +407,4 @@ def complete_partial(raw_tail: bytes, state: ReadState) -> LineBatch | None:
 
 
 def _empty_table() -> pa.Table:
-    return pa.table({
-        "line": pa.array([], pa.int64()),
-        "byte_offset": pa.array([], pa.int64()),
-        "byte_length": pa.array([], pa.int32()),
-        "text": pa.array([], pa.large_string()),
-    })
+    return LINES_SCHEMA.empty_table()
