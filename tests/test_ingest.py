@@ -580,3 +580,55 @@ def test_duckdb_has_its_threads_back_after_a_read_mapped_ahead(tmp_path, monkeyp
     finally:
         con.execute("RESET threads")
         con.close()
+
+
+def test_finished_rows_are_put_together_by_event_id_whatever_order_finish_left():
+    """A read keeps in DuckDB only the columns `finish` names and the rest in Arrow; the two
+    are put back together by event id: in the same order at once, in another order (a
+    `finish` that rebuilt `batch`) after sorting both, and a `finish` that lost or renamed
+    rows is an error, not a misaligned file."""
+    import pyarrow as pa
+
+    from loophound.ingest import _beside
+
+    wide = pa.table({"event_id": [1, 2, 3], "text": ["a", "b", "c"], "kind": ["x", "x", "x"]})
+    narrow = pa.table({"event_id": [3, 1, 2], "kind": ["k3", "k1", "k2"]})
+    together = _beside(wide, narrow)
+    assert together.column_names == ["event_id", "text", "kind"]
+    assert together.to_pylist() == [{"event_id": 1, "text": "a", "kind": "k1"},
+                                    {"event_id": 2, "text": "b", "kind": "k2"},
+                                    {"event_id": 3, "text": "c", "kind": "k3"}]
+    in_order = pa.table({"event_id": [1, 2, 3], "kind": ["k1", "k2", "k3"]})
+    assert _beside(wide, in_order).equals(together)
+    with pytest.raises(RuntimeError, match="number of rows"):
+        _beside(wide, narrow.slice(1))
+    with pytest.raises(RuntimeError, match="event ids"):
+        _beside(wide, pa.table({"event_id": [1, 2, 4], "kind": ["k1", "k2", "k4"]}))
+
+
+@pytest.mark.parametrize("name", ["reqId", "no_id"])
+def test_a_batch_of_the_columns_finish_names_gives_the_events_of_a_batch_of_all(
+        tmp_path, monkeypatch, name):
+    """bproxy names the columns its `finish` reads and writes, so `batch` holds only those
+    and the rest of each row waits in Arrow: chunk after chunk, with lines held back and
+    answers to requests of earlier chunks, the events are those of a read that kept every
+    column in `batch` (what a format that names none gets)."""
+    import dataclasses
+
+    from loophound.formats import bproxy
+    from loophound.synth.bproxy_variants import variant, write_bproxy_variant
+
+    log = tmp_path / "daemon.log"
+    write_bproxy_variant(log, variant(name), storm_requests=300, storm_hours=30 / 3600,
+                         session_minutes=1.0)
+    small_chunks(monkeypatch)
+    assert bproxy.FORMAT.finish_columns
+    _, narrow, warnings = read_chunked(log, tmp_path / "narrow")
+    from loophound import formats
+    from loophound import ingest as ingest_module
+
+    every = dataclasses.replace(bproxy.FORMAT, finish_columns=None)
+    assert ingest_module._batch_columns(every) is None
+    monkeypatch.setitem(formats.FORMATS, "bproxy", every)
+    _, full, full_warnings = read_chunked(log, tmp_path / "full")
+    assert len(narrow) > 1000 and narrow == full and warnings == full_warnings
