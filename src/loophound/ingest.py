@@ -1372,13 +1372,12 @@ def _batch_columns(fmt: Format) -> list[str] | None:
 
 def _beside(wide: pa.Table, narrow: pa.Table) -> pa.Table:
     """`wide` with the columns of `narrow` (the same rows, by event id) in place of its own."""
-    ids, order = narrow["event_id"].to_numpy(), None
+    ids = narrow["event_id"].to_numpy()
     if len(ids) != wide.num_rows:
         raise RuntimeError("finish changed the number of rows of `batch`")
     if not np.array_equal(ids, wide["event_id"].to_numpy()):  # rows in another order
         wide = wide.take(pa.array(np.argsort(wide["event_id"].to_numpy(), kind="stable")))
-        order = pa.array(np.argsort(ids, kind="stable"))
-        narrow = narrow.take(order)
+        narrow = narrow.take(pa.array(np.argsort(ids, kind="stable")))
         if not np.array_equal(narrow["event_id"].to_numpy(), wide["event_id"].to_numpy()):
             raise RuntimeError("finish changed the event ids of `batch`")
     columns = [narrow[f.name].cast(f.type) if f.name in narrow.column_names else wide[f.name]
@@ -1396,11 +1395,11 @@ def _from_us(us: int) -> dt.datetime:
 
 class _FileRows:
     """The narrow rows (NARROW) of what this read has finished, which the formats' look-back
-    joins read, and what ingest says of their times. The newest rows are the temp table
-    `file_rows`; each time it holds SPILL_ROWS it goes to a scratch Parquet file in the
-    store (`scratch/`, deleted when the read ends; a killed read's are deleted as orphans),
-    so memory stays bounded at any size of log: in memory, the index of a 12.7 M-line log
-    took 1.6 GB. The times are summed up as rows arrive, not sorted again at the end.
+    joins read, and what ingest says of their times. The newest rows are `file_rows`,
+    Arrow tables registered with DuckDB; each time they hold SPILL_ROWS they go to a scratch
+    Parquet file in the store (`scratch/`, deleted when the read ends; a killed read's are
+    deleted as orphans), so memory stays bounded at any size of log: in memory, the index of
+    a 12.7 M-line log took 1.6 GB. The times are summed up as rows arrive, not sorted again at the end.
 
     The views: `stored_events`, every earlier event of the file (its committed events
     files `earlier`, the scratch files, `file_rows`), and `recent_stored_events`, those of
@@ -1429,6 +1428,7 @@ class _FileRows:
 
     @property
     def in_memory(self) -> int:
+        """How many of the read's rows wait in memory, not yet spilled."""
         return sum(f.num_rows for f in self.frames)
 
     def _register(self) -> None:
