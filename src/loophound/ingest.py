@@ -1306,7 +1306,7 @@ class _ChunkSink:
         if self.fmt.finish:
             self.fmt.finish(con, self.ctx)
         table = self._finished(int(cutoff))
-        self.rows.add(int(cutoff), table)
+        self.rows.add(table)
         # a new table, not DELETE: deleted rows would still be scanned by every later chunk
         con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
                     f"WHERE line > {int(cutoff)}").fetchall()
@@ -1445,9 +1445,9 @@ class _FileRows:
             parts.append(f"SELECT {NARROW} FROM file_rows")
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {' UNION ALL '.join(parts)}")
 
-    def add(self, cutoff: int, table: pa.Table) -> None:
-        """The rows of `batch` up to line `cutoff` (`table`) are finished: index them, sum up
-        their times, and spill when memory holds enough."""
+    def add(self, table: pa.Table) -> None:
+        """The rows of `table` are finished: index them, sum up their times, and spill when
+        memory holds enough."""
         self._sum_times(table)
         self.frames.append(table.select(self.empty.column_names).cast(self.empty.schema))
         self._register()
