@@ -376,9 +376,11 @@ def pieces(con: duckdb.DuckDBPyConnection, chunk_rows: int | None = None) -> Ite
 
 
 def sorted_rows(reader) -> dict[str, np.ndarray]:
-    """SEQUENCE's rows as numpy columns in (group, time, event id) order: each batch copied
-    out of Arrow (a column read without a copy keeps its batch alive), the batches joined
-    and the columns put in order one at a time, each freed as it goes."""
+    """A query's rows (columns `g`, `t`, `event_id` among them: SEQUENCE's, repeated_error's
+    attempts) as numpy columns in (group, time, event id) order: each batch copied out of
+    Arrow (a column read without a copy keeps its batch alive), the batches joined and the
+    columns put in order one at a time, each freed as it goes. What is held is the arrays
+    (a sort in DuckDB holds the whole result until the last row is read, beside them)."""
     parts: list[dict[str, np.ndarray]] = []
     names: list[str] = []
     for batch in reader:
