@@ -121,3 +121,108 @@ def test_an_ingest_after_a_scan_in_one_process_has_the_whole_budget(monkeypatch,
     ingest([str(log)], Store(tmp_path / "st"))
     shown, unit = setting(db.scratch(), "memory_limit").split()
     assert float(shown) * {"MiB": 1, "GiB": 1024}[unit] == budget
+
+
+# --- numpy ↔ Arrow without pandas ---------------------------------------------------------------
+# pyarrow's own conversions (`pa.array`, `to_numpy`) are the reference: the helpers must give
+# exactly what they give, on slices (an Arrow offset), empty arrays, NULLs and booleans.
+
+NUMBERS = ["int64", "int32", "uint8", "float64", "float32", "bool"]
+
+
+def _values(dtype: str, n: int = 37):
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    if dtype == "bool":
+        return rng.random(n) < 0.4
+    return rng.integers(0, 200, n).astype(dtype) if dtype[0] in "iu" else rng.random(n).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", NUMBERS)
+@pytest.mark.parametrize("start,stop", [(0, 37), (3, 29), (9, 9), (0, 0), (36, 37)])
+def test_numpy_arrow_gives_what_pa_array_gives(dtype, start, stop):
+    import numpy as np
+    import pyarrow as pa
+
+    values = _values(dtype)[start:stop]
+    mask = (np.arange(37) % 5 == 2)[start:stop]
+    got = db.numpy_arrow(values)
+    assert got.type == pa.from_numpy_dtype(values.dtype) and got.equals(pa.array(values))
+    nullable = db.numpy_arrow(values, pa.from_numpy_dtype(values.dtype), mask=mask)
+    assert nullable.equals(pa.array(values, mask=mask)) and nullable.null_count == mask.sum()
+    nullable.validate(full=True)
+
+
+def test_numpy_arrow_converts_to_the_type_asked_and_refuses_what_does_not_fit():
+    import numpy as np
+    import pyarrow as pa
+
+    assert db.numpy_arrow(np.array([1, 2**31 - 1]), pa.int32()).equals(
+        pa.array([1, 2**31 - 1], pa.int32()))
+    with pytest.raises(OverflowError):
+        db.numpy_arrow(np.array([2**31]), pa.int32())
+    with pytest.raises(TypeError):
+        db.numpy_arrow(np.array(["a"]))
+
+
+@pytest.mark.parametrize("dtype", NUMBERS)
+@pytest.mark.parametrize("start,stop", [(0, 37), (3, 29), (9, 9), (0, 0), (11, 12)])
+def test_arrow_numpy_gives_what_to_numpy_gives(dtype, start, stop):
+    import numpy as np
+    import pyarrow as pa
+
+    whole = pa.array(_values(dtype), mask=np.arange(37) % 5 == 2)
+    column = whole.slice(start, stop - start)
+    filled = {"bool": False, "float64": np.nan, "float32": np.nan}.get(dtype, 7)
+    assert np.array_equal(db.arrow_numpy(column, null=filled),
+                          column.fill_null(filled).to_numpy(zero_copy_only=False), equal_nan=True)
+    plain = pa.array(_values(dtype)).slice(start, stop - start)
+    got = db.arrow_numpy(plain)
+    assert got.dtype == plain.to_numpy(zero_copy_only=False).dtype
+    assert np.array_equal(got, plain.to_numpy(zero_copy_only=False))
+    kept = ~np.asarray(column.is_null().to_pylist(), dtype=bool)
+    assert np.array_equal(db.arrow_numpy(column, unused_nulls=True)[kept],
+                          column.to_numpy(zero_copy_only=False)[kept])
+
+
+def test_arrow_numpy_reads_each_chunk_of_a_chunked_array_and_none():
+    import numpy as np
+    import pyarrow as pa
+
+    chunked = pa.chunked_array([pa.array([1, 2, 3]).slice(1), pa.array([], pa.int64()),
+                                pa.array([4, None])])
+    assert db.arrow_numpy(chunked, null=0).tolist() == [2, 3, 4, 0]
+    empty = db.arrow_numpy(pa.chunked_array([], pa.int64()))
+    assert empty.dtype == np.int64 and len(empty) == 0
+
+
+def test_strings_arrow_gives_the_strings_and_nulls_pa_array_gives():
+    import pyarrow as pa
+
+    values = ["a", None, "", "caf\u00e9 \u202e", "x" * 300, None]
+    got = db.strings_arrow(values)
+    got.validate(full=True)
+    assert got.equals(pa.array(values, pa.large_string()))
+    assert db.strings_arrow([]).equals(pa.array([], pa.large_string()))
+
+
+CONVERSIONS = """
+import sys
+import numpy as np
+import pyarrow as pa
+from loophound import db
+chunked = pa.chunked_array([db.numpy_arrow(np.arange(5), mask=np.arange(5) == 2)])
+db.arrow_numpy(chunked, null=-1), db.arrow_numpy(db.numpy_arrow(np.arange(3) > 0))
+db.strings_arrow(["a", None]), db.arrow_numpy(pa.chunked_array([], pa.int64()))
+print("pandas" in sys.modules)
+"""
+
+
+def test_the_conversions_do_not_import_pandas():
+    """What they are for: pyarrow's own import pandas when it is installed (0.3-2 s)."""
+    pytest.importorskip("pandas")
+    done = subprocess.run([sys.executable, "-c", CONVERSIONS], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(
+                              Path(db.__file__).parents[1])))
+    assert done.stdout.split() == ["False"], done.stderr

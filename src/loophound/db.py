@@ -21,6 +21,7 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
+    import pyarrow as pa
 
 
 def sql_literal(value: str) -> str:
@@ -283,25 +284,84 @@ _NUMPY_OF_ARROW = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": 
                    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
                    "float": "float32", "double": "float64", "bool": "bool"}
 
+# Why the helpers below, not pyarrow's own `pa.array(...)` and `to_numpy()`: those import
+# pandas when it is installed (pyarrow asks whether a value is a pandas Series), and the import
+# costs 0.3-2 s of CPU on these machines, on the critical path of every ingest and scan. A
+# user's program may use pandas beside loophound: loophound never hides it, it only does not
+# ask for it.
 
-def arrow_numpy(column, unused_nulls: bool = False) -> np.ndarray:
-    """An Arrow column of a DuckDB result (Array or ChunkedArray) as numpy, what `to_numpy()`
-    gives, without what that costs: pyarrow's to_numpy imports pandas (0.5-2 s on these
-    machines, in every scan). Numbers and booleans without NULLs are read from Arrow's
-    buffer (numbers without a copy); anything else goes through `to_numpy()`.
+
+def arrow_numpy(column, unused_nulls: bool = False, null=None) -> np.ndarray:
+    """An Arrow column (Array or ChunkedArray) as numpy, what `to_numpy()` gives, without
+    importing pandas. Numbers and booleans are read from Arrow's buffer (numbers without
+    NULLs without a copy); anything else (strings, NULLs with neither option below) goes
+    through `to_numpy()`.
     `unused_nulls`: the caller reads none of the NULL rows (it picks others), so the column
-    is read as if it had none (their slots hold anything)."""
+    is read as if it had none (their slots hold anything).
+    `null`: the value of the NULL rows, what `pc.fill_null(column, null)` would give."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):  # of no chunks: combine_chunks imports pandas
+        column = column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+    dtype = _NUMPY_OF_ARROW.get(str(column.type))
+    if dtype is None or (column.null_count and not unused_nulls and null is None):
+        return column.to_numpy(zero_copy_only=False)
+    values = _bits(column.buffers()[1], column) if dtype == "bool" else np.frombuffer(
+        column.buffers()[1], dtype, count=len(column),
+        offset=column.offset * np.dtype(dtype).itemsize)
+    if column.null_count and null is not None:
+        values = np.where(_bits(column.buffers()[0], column), values, null).astype(dtype)
+    return values
+
+
+def _bits(buffer, column) -> np.ndarray:
+    """The bits of `column` (its offset, its length) in an Arrow bitmap, as numpy booleans."""
     import numpy as np
 
-    if hasattr(column, "combine_chunks"):
-        column = column.combine_chunks()
-    dtype = _NUMPY_OF_ARROW.get(str(column.type))
-    if dtype is None or (column.null_count and not unused_nulls):
-        return column.to_numpy(zero_copy_only=False)
-    n, start, data = len(column), column.offset, column.buffers()[1]
-    if dtype == "bool":
-        if n == 0:
-            return np.zeros(0, bool)
-        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
-        return bits[start:start + n].astype(bool)
-    return np.frombuffer(data, dtype, count=n, offset=start * np.dtype(dtype).itemsize)
+    if not len(column):
+        return np.zeros(0, bool)
+    bits = np.unpackbits(np.frombuffer(buffer, np.uint8), bitorder="little")
+    return bits[column.offset:column.offset + len(column)].astype(bool)
+
+
+def numpy_arrow(values, type=None, mask=None) -> pa.Array:
+    """A numpy array of numbers or booleans as an Arrow array, what `pa.array(values, type,
+    mask=mask)` gives, without importing pandas. `type`: the Arrow type (a number or
+    bool type; by default the one of `values`' dtype), to which the values are converted
+    (raises OverflowError where one does not fit); `mask`: True where the value is NULL."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.asarray(values)
+    type = pa.from_numpy_dtype(values.dtype) if type is None else type
+    dtype = _NUMPY_OF_ARROW.get(str(type))
+    if dtype is None or values.ndim != 1:
+        raise TypeError(f"numpy_arrow reads one-dimensional numbers or booleans, not "
+                        f"{values.dtype}[{values.ndim}] as {type}")
+    converted = values.astype(dtype, copy=False)
+    if np.dtype(dtype).kind in "iu" and converted is not values and not np.array_equal(
+            converted, values):
+        raise OverflowError(f"values of {values.dtype} do not fit in {type}")
+    nulls, validity = 0, None
+    if mask is not None and (mask := np.asarray(mask, dtype=bool)).any():
+        nulls, validity = int(mask.sum()), pa.py_buffer(np.packbits(~mask, bitorder="little"))
+    data = np.packbits(converted, bitorder="little") if dtype == "bool" else converted
+    return pa.Array.from_buffers(type, len(values), [validity, pa.py_buffer(
+        np.ascontiguousarray(data))], null_count=nulls)
+
+
+def strings_arrow(values) -> pa.Array:
+    """Python strings (None: NULL) as an Arrow large_string array, without importing pandas
+    (`pa.array(values)` does)."""
+    import numpy as np
+    import pyarrow as pa
+
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+    mask = np.fromiter((v is None for v in values), bool, len(encoded))
+    validity = pa.py_buffer(np.packbits(~mask, bitorder="little")) if mask.any() else None
+    return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets),
+                                            pa.py_buffer(b"".join(encoded)), validity,
+                                            null_count=int(mask.sum()))
