@@ -6,7 +6,10 @@ import bz2
 import gzip
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -632,3 +635,50 @@ def test_a_batch_of_the_columns_finish_names_gives_the_events_of_a_batch_of_all(
     monkeypatch.setitem(formats.FORMATS, "bproxy", every)
     _, full, full_warnings = read_chunked(log, tmp_path / "full")
     assert len(narrow) > 1000 and narrow == full and warnings == full_warnings
+
+
+# Ingests in a new interpreter, then lists whether pandas was imported: each log path is read
+# into the store, a path ending in "+" twice (its first part, then the whole, as an appended file)
+INGEST_AND_LIST = """
+import sys
+from pathlib import Path
+from loophound.ingest import ingest
+from loophound.store import Store
+store, *logs = sys.argv[1:]
+for log in logs:
+    if log.endswith("+"):
+        whole = Path(log[:-1]).read_bytes()
+        Path(log[:-1]).write_bytes(whole[:whole.index(b"\\n", len(whole) // 2) + 1])
+        ingest([log[:-1]], Store(store))
+        Path(log[:-1]).write_bytes(whole)
+        log = log[:-1]
+    ingest([log], Store(store))
+print("pandas" in sys.modules)
+"""
+
+
+def test_ingest_does_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (0.3-0.45 s of CPU, in the first chunk's work) when it is
+    installed, as CI's `spark` extra does, at the first `pa.array` of numpy values or a
+    list, or `to_numpy()` of a column: ingest converts with `db.numpy_arrow` and
+    `db.arrow_numpy` instead. A library user may import pandas: it is never hidden."""
+    pytest.importorskip("pandas")
+    import loophound
+    from loophound.synth.bproxy_variants import Variant, write_bproxy_variant
+
+    logs = [str(p) for p in sorted(SAMPLES.iterdir()) if p.is_dir()]
+    for id_key in ("reqId", None):  # by id, and joined by time, caller and order
+        log = tmp_path / f"{id_key}.log"
+        write_bproxy_variant(log, Variant("keys", id_key=id_key), storm_requests=300,
+                             storm_hours=0.01, session_minutes=1.0)
+        logs.append(f"{log}+")
+    hostile = tmp_path / "hostile.jsonl"  # quarantined lines, and a last one without newline
+    hostile.write_bytes(b'{"ts": 1767600000, "from": "a", "to": "b"}\n{"broken\n\xff\n[1]\n'
+                        b'{"ts": 1767600001')
+    done = subprocess.run([sys.executable, "-c", INGEST_AND_LIST, str(tmp_path / "st"), *logs,
+                           str(hostile)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(Path(loophound.__file__).parents[1])))
+    assert done.stdout.split() == ["False"], done.stderr[-3000:]
+    con = Store(tmp_path / "st").connect()
+    quarantined = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
+    assert quarantined >= 3  # the hostile lines were read (and the samples' own)

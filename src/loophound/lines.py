@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .db import arrow_numpy, numpy_arrow
+
 CHUNK_BYTES = 32 * 1024 * 1024
 MAX_LINE_BYTES = 16 * 1024 * 1024
 PREVIEW_BYTES = 200
@@ -219,9 +221,9 @@ def records_batch(data: bytes, ranges: list[tuple[int, int]],
         rejected.append(Rejected(n, offset, length, *verdict, preview(raw)))
     lengths = np.array([r[2] for r in rows], dtype=np.int64)
     table = pa.table({
-        "line": pa.array([r[0] for r in rows], pa.int64()),
-        "byte_offset": pa.array([r[1] for r in rows], pa.int64()),
-        "byte_length": pa.array(lengths, pa.int32()),
+        "line": numpy_arrow(np.array([r[0] for r in rows], dtype=np.int64)),
+        "byte_offset": numpy_arrow(np.array([r[1] for r in rows], dtype=np.int64)),
+        "byte_length": numpy_arrow(lengths, pa.int32()),
         "text": pa.LargeStringArray.from_buffers(
             len(rows), pa.py_buffer(np.concatenate(([0], np.cumsum(lengths)))),
             pa.py_buffer(b"".join(r[3] for r in rows))),
@@ -240,11 +242,11 @@ def _arrow_lines(
     text = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets),
                                             pa.py_buffer(data))
     if len(idx) != len(starts):
-        text = text.filter(pa.array(keep))
+        text = text.filter(numpy_arrow(keep))
     return pa.table({
-        "line": pa.array(idx + first_line, pa.int64()),
-        "byte_offset": pa.array(starts[idx] + first_offset, pa.int64()),
-        "byte_length": pa.array((ends - starts)[idx], pa.int32()),
+        "line": numpy_arrow(idx + first_line, pa.int64()),
+        "byte_offset": numpy_arrow(starts[idx] + first_offset, pa.int64()),
+        "byte_length": numpy_arrow((ends - starts)[idx], pa.int32()),
         "text": text,
     }, schema=LINES_SCHEMA)
 
@@ -399,7 +401,7 @@ def complete_partial(raw_tail: bytes, state: ReadState) -> LineBatch | None:
     if not raw_tail:
         return None
     batch, _ = split_chunk(raw_tail + b"\n", state.next_line, state.next_offset)
-    lengths = pa.array(batch.table["byte_length"].to_numpy() - 1, pa.int32())
+    lengths = numpy_arrow(arrow_numpy(batch.table["byte_length"]) - 1, pa.int32())
     batch.table = batch.table.set_column(2, "byte_length", lengths)
     for r in batch.rejected:
         r.byte_length -= 1

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..db import arrow_numpy, numpy_arrow
 from .base import (
     Format,
     FormatContext,
@@ -224,14 +225,13 @@ class _Lines:
 
     def __init__(self, table: pa.Table):
         self.table = table
-        self.event_id, self.line, self.t = (table[c].to_numpy() for c in ("event_id", "line", "t"))
+        self.event_id, self.line, self.t = (arrow_numpy(table[c]) for c in ("event_id", "line", "t"))
         self.input = self.event_id >> 32
         self.request, self.response, self.unplaced = (
-            table[c].to_numpy(zero_copy_only=False).astype(bool)
-            for c in ("request", "response", "unplaced"))
-        self.named = pc.fill_null(table["named"], -1).to_numpy()
-        self.answers = pc.fill_null(table["answers"], -1).to_numpy()
-        latency = table["latency_ms"].to_numpy(zero_copy_only=False)
+            arrow_numpy(table[c], null=False) for c in ("request", "response", "unplaced"))
+        self.named = arrow_numpy(table["named"], null=-1)
+        self.answers = arrow_numpy(table["answers"], null=-1)
+        latency = arrow_numpy(table["latency_ms"], null=np.nan)
         with np.errstate(invalid="ignore"):  # NULL latency: NaN, not timed
             self.timed = (latency >= 0) & (latency < 1e12) & (self.t != _NO_TIME)
             # when a line without an id was asked: t − e (+ SLACK_MS), else its own time
@@ -251,7 +251,7 @@ class _Requests:
         self.stored_table = stored
         parts = [stored] if stored is not None else []
         self.event_id, self.line, self.t = (np.concatenate(
-            [p[c].to_numpy() for p in parts] + [getattr(lines, c)[rows]])
+            [arrow_numpy(p[c]) for p in parts] + [getattr(lines, c)[rows]])
             for c in ("event_id", "line", "t"))
         self.input = self.event_id >> 32
         self.codes: dict[str, tuple[np.ndarray, pa.Array]] = {}
@@ -321,7 +321,8 @@ class _Keys:
             r_input, p_input = inputs[:n], inputs[n:]
         line_actor, actors = requests.codes["actor"]
         line_session, sessions = requests.codes["session"]
-        empty = pc.index(sessions, "").as_py()  # an empty session is no session
+        empties = np.flatnonzero(arrow_numpy(pc.binary_length(sessions), null=-1) == 0)
+        empty = int(empties[0]) if len(empties) else -1  # an empty session is no session
 
         def session(c: np.ndarray) -> np.ndarray:  # NULL -1, empty 0, others 1, 2, ...
             out = np.where(c < 0, -1, c + 1)
@@ -331,14 +332,14 @@ class _Keys:
 
         r_session, p_session = session(requests.session), session(line_session[probe])
         r_actor, p_actor = requests.actor, line_actor[probe]
-        process = lines.table["parent_id"].is_valid().to_numpy(zero_copy_only=False)[probe]
+        process = arrow_numpy(lines.table["parent_id"].is_valid())[probe]
         p_tag = np.where(p_actor >= 0, 1, process.astype(np.int64) * 2)
         p_who = np.maximum(p_actor, 0)
         r_who = {0: np.zeros(n, dtype=np.int64), 1: r_actor}
         who_size = len(actors) + 1
         if (p_tag == 2).any():  # lines naming only their process: each request's process
-            parents = lines.table["parent_id"].take(probe[p_tag == 2])
-            pids = pc.list_element(pc.split_pattern(actors, ":", max_splits=1), 0)
+            parents = lines.table["parent_id"].take(numpy_arrow(probe[p_tag == 2]))
+            pids = pc.replace_substring_regex(actors, "(?s):.*", "")  # before the first ':'
             codes, values = _codes(pa.chunked_array(parents.chunks + [pids], pa.string()))
             p_who[p_tag == 2] = codes[:len(parents)]
             r_who[2] = _at(codes[len(parents):], r_actor)
@@ -384,8 +385,8 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     -1; and the distinct strings, the n-th with number n."""
     encoded = pc.dictionary_encode(column)  # its chunks share one dictionary
     if not encoded.num_chunks:
-        return np.empty(0, dtype=np.int64), pa.array([], pa.string())
-    codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy() for c in encoded.chunks])
+        return np.empty(0, dtype=np.int64), pa.nulls(0, pa.string())  # no strings
+    codes = np.concatenate([arrow_numpy(c.indices, null=-1) for c in encoded.chunks])
     return codes.astype(np.int64), encoded.chunk(encoded.num_chunks - 1).dictionary
 
 
@@ -466,11 +467,11 @@ class _Placed:
         orphans = (self.row < 0) & (self.corr_line >= 0)
         if not orphans.any() or self._stored_known(orphans):
             return True
-        asked = pa.table({"corr_id": pc.binary_join_element_wise(
-            "L", pc.cast(pa.array(np.unique(self.corr_line[orphans])), pa.string()), "")})
+        asked = pa.table({"line": numpy_arrow(np.unique(self.corr_line[orphans]))})
         con.register("_asked", asked)
         try:
-            con.execute("CREATE OR REPLACE TEMP TABLE _orphans AS FROM _asked")
+            con.execute("CREATE OR REPLACE TEMP TABLE _orphans AS SELECT 'L' || line AS corr_id "
+                        "FROM _asked")
         finally:
             con.unregister("_asked")
         _find_requests(con)
@@ -478,8 +479,8 @@ class _Placed:
         stored = con.sql("SELECT event_id, CAST(corr_id[2:] AS BIGINT) AS line, action, "
                          "session, actor FROM _found").to_arrow_table()
         where: dict[tuple[int, int], int] = {}
-        for i, key in enumerate(zip((stored["event_id"].to_numpy() >> 32).tolist(),
-                                    stored["line"].to_numpy().tolist(), strict=True)):
+        for i, key in enumerate(zip((arrow_numpy(stored["event_id"]) >> 32).tolist(),
+                                    arrow_numpy(stored["line"]).tolist(), strict=True)):
             if where.setdefault(key, self.fields.num_rows + i) != self.fields.num_rows + i:
                 return False  # a stored request found twice: the join picks one
         rows = np.flatnonzero(orphans)
@@ -500,7 +501,7 @@ class _Placed:
         if (matched < 0).any():  # placed with the last request stored: looked up
             return False
         stored = requests.stored_table
-        if len(matched) and not pc.all(stored["named"].take(matched)).as_py():
+        if len(matched) and not pc.all(stored["named"].take(numpy_arrow(matched))).as_py():
             return False  # a stored request without a corr_id: the look-up misses it
         target = np.full(len(self.answering), -1, dtype=np.int64)
         target[:n][orphans[:n]] = requests.event_id[matched]
@@ -515,7 +516,8 @@ class _Placed:
                                             stored.select(self.fields.column_names)])
         self.written[held] = False  # what they have is what the join would write again
         self.late = self.lines.table.select(["ok", "error", "latency_ms"]).take(
-            self.answering[response]).add_column(0, "event_id", pa.array(target[response]))
+            numpy_arrow(self.answering[response])).add_column(
+                0, "event_id", numpy_arrow(target[response]))
         return True
 
     def write_corr_ids(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -535,9 +537,9 @@ class _Placed:
         answer = self._answers(written)
         row = self.row[written]
         joined = row >= 0
-        taken = self.fields.take(pa.array(row, mask=~joined))
+        taken = self.fields.take(numpy_arrow(row, mask=~joined))
         if not joined.all():
-            answer = answer.append_column("joined", pa.array(joined))
+            answer = answer.append_column("joined", numpy_arrow(joined))
         for c in ("event_id", "action", "session", "actor"):
             answer = answer.append_column("answers" if c == "event_id" else c, taken[c])
         lines = self.lines
@@ -549,9 +551,10 @@ class _Placed:
         rows = np.flatnonzero((lines.request & lines.unplaced) | (answered_by >= 0))
         by = answered_by[rows]
         outcome = lines.table.select(["ok", "error", "latency_ms"]).take(
-            pa.array(by, mask=by < 0)).append_column("event_id", pa.array(lines.event_id[rows]))
+            numpy_arrow(by, mask=by < 0)).append_column("event_id",
+                                                        numpy_arrow(lines.event_id[rows]))
         if (by < 0).any():
-            outcome = outcome.append_column("answered", pa.array(by >= 0))
+            outcome = outcome.append_column("answered", numpy_arrow(by >= 0))
         self._update(con, f"""
           UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL,
             answers = {_pick(answer, 'a', 'joined', 'answers')},
@@ -575,8 +578,8 @@ class _Placed:
 
     def _answers(self, which: np.ndarray) -> pa.Table:
         corr_line = self.corr_line[which]
-        return pa.table({"event_id": self.lines.event_id[self.answering[which]],
-                         "corr_line": pa.array(corr_line, mask=corr_line < 0)})
+        return pa.table({"event_id": numpy_arrow(self.lines.event_id[self.answering[which]]),
+                         "corr_line": numpy_arrow(corr_line, mask=corr_line < 0)})
 
     @staticmethod
     def _update(con: duckdb.DuckDBPyConnection, sql: str, answer: pa.Table,
