@@ -197,3 +197,35 @@ def test_clean_twins_exit_zero_with_nothing_serious(tmp_path):
     doc = json.loads(out.read_text())
     assert [f["title"] for f in doc["findings"] if f["severity"] in SERIOUS] == []
     assert res.exit_code == 0
+
+
+# In a new interpreter: ingest the samples, scan them with every detector but unusual_actor
+# (its IsolationForest comes from scikit-learn, which imports pandas itself), list whether
+# pandas was imported
+SCAN_AND_LIST = """
+import sys
+from loophound.detect import DETECTORS
+from loophound.ingest import ingest
+from loophound.scan import scan_store
+from loophound.store import Store
+samples, store = sys.argv[1:]
+ingest([samples], Store(store))
+scan_store(Store(store), only=[n for n in DETECTORS if n != "unusual_actor"], save=False)
+print("pandas" in sys.modules)
+"""
+
+
+def test_a_scan_does_not_import_pandas(tmp_path):
+    """pyarrow's `to_numpy()` imports pandas when it is installed (CI's `spark` extra): 0.3-2
+    s of a scan's CPU. The detectors read Arrow columns with `db.arrow_numpy` instead."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas")
+    import loophound
+
+    done = subprocess.run([sys.executable, "-c", SCAN_AND_LIST, str(SAMPLES), str(tmp_path / "st")],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(Path(loophound.__file__).parents[1])))
+    assert done.stdout.split() == ["False"], done.stderr[-3000:]

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from ..db import temp_table
+from ..db import arrow_numpy, temp_table
 from ..normalise import mask, mask_sql
 from ..vocabulary import Severity
 from .actions import MAX_CYCLE, clip, sorted_rows
@@ -437,9 +437,8 @@ def retry_runs(con: duckdb.DuckDBPyConnection, p: Params, covered: np.ndarray) -
     keys = found.select(["input", "actor", "session", "action_key"]).to_pylist()
     g = np.zeros(len(keys), dtype=np.int64)
     g[1:] = np.cumsum([keys[i] != keys[i - 1] for i in range(1, len(keys))])
-    t, event_id = (found[c].to_numpy() for c in ("t", "event_id"))
-    failed = found["failed"].to_numpy(zero_copy_only=False)
-    failure = found["failure"].to_numpy()
+    t, event_id, failed, failure = (arrow_numpy(found[c])
+                                    for c in ("t", "event_id", "failed", "failure"))
     kept = [(lo, hi, ended) for lo, hi, ended in
             retry_ranges(g, t, failure, failed, p.retry_min_count, p.retry_gap_s * 1000)
             if not any_in(event_id[lo:hi], covered)]
