@@ -453,28 +453,6 @@ def test_an_outlier_is_medium_only_when_a_simple_rule_agrees():
     assert f.details["corroborated_by"] == ["metronome"] and f.evidence[0].line == 3
 
 
-def test_the_forest_fitted_in_another_process_scores_exactly_as_one_fitted_here():
-    """A large log's scan fits the forest in a process started before the detectors ran (it
-    imports scikit-learn meanwhile): its scores must be the very ones a forest fitted here
-    gives, or findings would depend on the size of the log."""
-    X = np.random.default_rng(7).lognormal(size=(300, len(ua.FEATURES)))
-    X[:5] *= 40  # a few outliers
-    p = ua.Params()
-    here = ua.anomaly_scores(X, p)  # no process prepared: fitted in this one
-    ua._FOREST.start()
-    assert ua._FOREST.proc is not None
-    there = ua._FOREST.scores(X, p)  # None if the process failed (then fitted here)
-    assert ua._FOREST.proc is None and there is not None
-    assert there.tolist() == here.tolist() and here[:5].min() > np.median(here)
-
-
-def test_a_forest_process_that_is_not_needed_is_ended():
-    ua._FOREST.start()
-    proc = ua._FOREST.proc
-    ua._FOREST.close()
-    assert ua._FOREST.proc is None and proc.returncode is not None
-
-
 def test_a_retry_run_is_checked_against_the_sorted_ids_a_consecutive_run_covers():
     covered = np.array([3, 8, 20, 41])
     assert re_.any_in(np.array([7, 20]), covered)

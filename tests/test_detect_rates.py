@@ -213,27 +213,6 @@ def test_unusual_actor_windows_do_not_depend_on_the_batches_read(bproxy, monkeyp
         assert unusual_actor.windows(Store(store_path).connect(), p) == whole
 
 
-def test_unusual_actor_finds_the_same_with_its_forest_in_another_process(bproxy, monkeypatch):
-    """From PREFETCH_EVENTS unit events on, the scan starts the forest's process before the
-    detectors run; what unusual_actor reports must not change."""
-    from loophound.detect import run_detectors, unusual_actor
-
-    _, _, store_path = bproxy
-    started = []
-    start = unusual_actor._FOREST.start
-    monkeypatch.setattr(unusual_actor._FOREST, "start", lambda: started.append(1) or start())
-
-    def found() -> list:
-        return [(f.key, f.severity, f.summary, f.details["scores"]) for f in
-                run_detectors(Store(store_path).connect(), settings(), ["unusual_actor"])]
-
-    inline = found()
-    assert inline and not started
-    monkeypatch.setattr(unusual_actor, "PREFETCH_EVENTS", 1)
-    assert found() == inline and started == [1]
-    assert unusual_actor._FOREST.proc is None
-
-
 def test_unusual_actor_needs_enough_windows(tmp_path):
     log = BproxyLog(seed=5)
     log.browse("a1b2c3d4", "qqqqq2", T0, T0 + 5 * 60_000, (5, 20))
@@ -247,12 +226,12 @@ def test_unusual_actor_needs_enough_windows(tmp_path):
 
 
 def test_unusual_actor_fits_no_forest_when_no_window_is_loop_like(tmp_path, monkeypatch):
-    import sklearn.ensemble as sklearn_ensemble
+    from loophound.detect import isolation
 
     def refuse(*args, **kwargs):
         raise AssertionError("no window is loop-like: the forest could not flag any")
 
-    monkeypatch.setattr(sklearn_ensemble, "IsolationForest", refuse)
+    monkeypatch.setattr(isolation, "anomaly_scores", refuse)
     log = BproxyLog(seed=11)
     for owner, session in (("a1b2c3d4", "qqqqq2"), ("e5f6a7b8", "rrrrr3"), ("c9d0e1f2", "sssss4")):
         log.browse(owner, session, T0, T0 + 3 * 3600_000, (20, 40))  # steady, human-paced

@@ -3,6 +3,12 @@ bit: scikit-learn is the reference here, at test time only; a scan never imports
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +18,8 @@ from hypothesis.extra import numpy as hnp
 from loophound.detect import isolation
 
 sklearn_ensemble = pytest.importorskip("sklearn.ensemble")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def sklearn_scores(X: np.ndarray, n_estimators: int, random_state: int) -> np.ndarray:
@@ -92,6 +100,33 @@ def test_what_the_port_does_not_score_is_refused():
         isolation.anomaly_scores(np.zeros((0, 3)))
     with pytest.raises(ValueError, match="n_estimators"):
         isolation.anomaly_scores(np.zeros((4, 3)), n_estimators=0)
+
+
+SCAN_IMPORTS = """
+import json, sys
+from loophound.scan import scan_store
+from loophound.store import Store
+found = scan_store(Store(sys.argv[1]), save=False).document["findings"]
+json.dump({"detectors": sorted({f["detector"] for f in found}), "modules": sorted(sys.modules)},
+          open(sys.argv[2], "w"))
+"""
+
+
+def test_a_scan_that_scores_windows_does_not_import_scikit_learn(tmp_path):
+    from loophound.ingest import ingest
+    from loophound.store import Store
+    from loophound.synth import write_bproxy_log
+
+    write_bproxy_log(tmp_path / "logs", seed=7, incident=True)
+    ingest([str(tmp_path / "logs")], Store(tmp_path / "store"))
+    listing = tmp_path / "scan.json"
+    done = subprocess.run([sys.executable, "-c", SCAN_IMPORTS, str(tmp_path / "store"),
+                           str(listing)], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(listing.read_text())
+    assert "unusual_actor" in found["detectors"]  # the forest was fitted and flagged
+    assert not [m for m in found["modules"] if m == "sklearn" or m.startswith("sklearn.")]
 
 
 @pytest.mark.parametrize("targets", ["two values", "tenths", "near ties", "rounding",

@@ -180,7 +180,7 @@ def _mark_unseen(con: duckdb.DuckDBPyConnection, store: Store) -> None:
 
 def alerting_detectors(alert_on: str) -> list[str]:
     """Detectors that can report a finding at or above `alert_on`: a scheduled scan runs only
-    these (unusual_actor stays at medium, and importing scikit-learn alone takes seconds)."""
+    these (unusual_actor stays at medium)."""
     floor = SEVERITIES.index(alert_on) if alert_on in SEVERITIES else 0
     return [n for n, d in DETECTORS.items() if SEVERITIES.index(d.max_severity) >= floor]
 

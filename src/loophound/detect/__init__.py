@@ -100,10 +100,9 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
     for name in names:
         if DETECTORS[name].prepare is not None:
             DETECTORS[name].prepare(con, params[name])
-    # what a detector prepared (unusual_actor's forest, in a process importing scikit-learn)
-    # gets ready while the others run: those that prepared start last, by rank, so the
-    # forest (the weakest rank) has longest (repeated_action and alternating_action prepare
-    # only to share one pass over the actions); a lane's detectors run where its first is
+    # what a detector prepared gets ready while the others run: those that prepared start
+    # last, by rank (repeated_action and alternating_action prepare to share one pass over
+    # the actions); a lane's detectors run where its first is
     order = sorted(names, key=lambda n: (DETECTORS[n].prepare is not None, DETECTORS[n].rank))
     found = _run_lanes(con, params, _jobs(order), lanes)
     return [f for name in names for f in found[name]]

@@ -126,8 +126,9 @@ class Detector:
     # Formats that share a link (directly or through others) are one group on the Spark
     # engine, so the grouping stays exact whatever the logs name
     links: str = ""
-    # work it can start before any detector runs, to go on beside them (unusual_actor starts
-    # importing scikit-learn in another process): called with the connection and its params
+    # work it can start before any detector runs, to go on beside them or to be shared with
+    # them (repeated_action and alternating_action ask for one pass over the actions):
+    # called with the connection and its params
     prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
     # detectors run side by side, each on a connection of its own; those of one `lane` (a
     # name) run one after the other on one, because one uses what another prepared there

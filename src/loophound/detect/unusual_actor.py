@@ -13,13 +13,15 @@ least `min_events` events becomes one row of features:
 - `gap_cv`: coefficient of variation of the gaps between the actor's events (low = regular);
 - `tokens_per_event`: LLM tokens per event.
 
-scikit-learn's IsolationForest (fixed `random_state`, so the same store always gives the same
-findings) scores every window against all the others. A window is unusual when its score is at
-least `score_threshold`, it is among the top `max_share` of windows, and at least one feature
-deviates in a loop-like direction (more events, errors, repeats or tokens, more regular gaps,
-an unusual number of targets) by `min_z` robust z-scores from the median window. Adjacent
-unusual windows of one actor are merged into one finding that lists those z-scores. When no
-window is loop-like nothing can be flagged, so the forest is not fitted at all.
+An IsolationForest (fixed `random_state`, so the same store always gives the same findings)
+scores every window against all the others: scikit-learn's, ported to numpy and Python in
+`isolation` with the very same scores, so that a scan does not import scikit-learn. A window
+is unusual when its score is at least `score_threshold`, it is among the top `max_share` of
+windows, and at least one feature deviates in a loop-like direction (more events, errors,
+repeats or tokens, more regular gaps, an unusual number of targets) by `min_z` robust
+z-scores from the median window. Adjacent unusual windows of one actor are merged into one
+finding that lists those z-scores. When no window is loop-like nothing can be flagged, so
+the forest is not fitted at all.
 
 Scoring needs `min_windows` windows from `min_actors` actors: a small log has no "rest of the
 log" to compare with, and gives nothing. An outlier is a lead, not a verdict, so severity is
@@ -46,8 +48,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -56,6 +56,7 @@ import numpy as np
 
 from .. import db
 from ..vocabulary import Severity
+from . import isolation
 from .base import (
     GROWS_WITH_LOG,
     Detector,
@@ -382,20 +383,13 @@ class Outlier:
 def windows_of(con: duckdb.DuckDBPyConnection, p: Params) -> list[dict]:
     """The first step (`Detector.parts`): the windows of the events in `con`, a format's at
     a time on the Spark engine."""
-    try:
-        return windows(con, p, skip_copies(con))
-    except BaseException:
-        _FOREST.close()  # the scan fails: the forest prepared for it is not needed
-        raise
+    return windows(con, p, skip_copies(con))
 
 
 def gather(con: duckdb.DuckDBPyConnection, parts: list[dict], p: Params) -> list[Finding]:
     """The second step (`Detector.gather`): the windows of every format scored together;
     `con` reads all events (the evidence lines, the sessions of an outlier)."""
-    try:
-        outliers = outliers_among(con, sorted(parts, key=window_order), p)
-    finally:
-        _FOREST.close()  # a forest prepared but not needed
+    outliers = outliers_among(con, sorted(parts, key=window_order), p)
     return judged(outliers, judge, describe, p, order=lambda f: (f.start, f.key))
 
 
@@ -406,8 +400,8 @@ def outliers_among(con: duckdb.DuckDBPyConnection, wins: list[dict], p: Params) 
     X = feature_matrix(wins)
     z, med, _ = robust_z(X)
     # a window is flagged only if it is also loop-like; when none is, no score can change
-    # that, and the forest (and the seconds scikit-learn takes to import) is not needed: a
-    # log that is one long storm has the storm as its median window
+    # that, and the forest is not fitted: a log that is one long storm has the storm as its
+    # median window
     candidates = [i for i in range(len(wins)) if loop_like(X[i], z[i], med, p.min_z)]
     if not candidates:
         return []
@@ -425,99 +419,11 @@ def outliers_among(con: duckdb.DuckDBPyConnection, wins: list[dict], p: Params) 
             for g in adjacent_groups(wins, flagged)]
 
 
-# A scan of a large log starts a process that imports scikit-learn (1.0-1.1 s of CPU on these
-# machines; 1.2-1.4 s with pandas, which it keeps out), which the scan would otherwise wait
-# for, while the other detectors run: it gets the feature matrix when unusual_actor has one
-# and answers with the forest's scores, exactly those an IsolationForest fitted here gives
-# (the same library, the same bytes).
-PREFETCH_EVENTS = 100_000  # unit events from which the forest is prepared in another process
-FOREST_WORKER = r"""
-import sys
-
-
-class NoPandas:  # scikit-learn imports pandas when it can: 0.2-0.3 s of CPU, for data frames
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "pandas":
-            raise ImportError(name)
-
-
-sys.meta_path.insert(0, NoPandas())
-import numpy as np
-from sklearn.ensemble import IsolationForest
-head = sys.stdin.buffer.readline().split()
-if len(head) != 4:
-    sys.exit(0)  # not needed after all
-rows, cols, n_estimators, random_state = map(int, head)
-X = np.frombuffer(sys.stdin.buffer.read(rows * cols * 8), np.float64).reshape(rows, cols)
-forest = IsolationForest(n_estimators=n_estimators, random_state=random_state,
-                         contamination="auto", n_jobs=1).fit(X)
-sys.stdout.buffer.write(np.ascontiguousarray(-forest.score_samples(X), np.float64).tobytes())
-"""
-
-
-class _ForestProcess:
-    """The process that fits the forest for one scan, when `prepare` started one."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.close()
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-c", FOREST_WORKER],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL)
-        except OSError:  # no interpreter to start (embedded): the forest is fitted here
-            self.proc = None
-
-    def scores(self, X: np.ndarray, p: Params) -> np.ndarray | None:
-        """The anomaly scores of X's rows, or None when no process was started or it failed."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        X = np.ascontiguousarray(X, np.float64)
-        try:
-            head = f"{X.shape[0]} {X.shape[1]} {p.n_estimators} {p.random_state}\n".encode()
-            out, _ = proc.communicate(head + X.tobytes())
-        except OSError:
-            proc.kill()
-            proc.wait()
-            return None
-        if proc.returncode != 0 or len(out) != 8 * X.shape[0]:
-            return None
-        return np.frombuffer(out, np.float64).copy()
-
-    def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:  # still importing, most likely: nothing to wait for
-            proc.kill()
-            proc.communicate()
-
-
-_FOREST = _ForestProcess()
-
-
-def prepare(con: duckdb.DuckDBPyConnection, p: Params) -> None:
-    """Before the detectors run: a log with enough unit events to be worth it (and to take
-    the other detectors longer than the import) gets the forest's process started now."""
-    n = con.execute("SELECT count(*) FROM events WHERE list_contains($kinds, kind)",
-                    {"kinds": list(UNIT_KINDS)}).fetchall()[0][0]
-    if n >= PREFETCH_EVENTS:
-        _FOREST.start()
-
-
 def anomaly_scores(X: np.ndarray, p: Params) -> np.ndarray:
     """IsolationForest's anomaly score of each row of X (0.5 ordinary, 1 isolated at once):
-    from the process `prepare` started, else fitted here."""
-    scores = _FOREST.scores(X, p)
-    if scores is not None:
-        return scores
-    from sklearn.ensemble import IsolationForest  # heavy import: only when there is work
-
-    forest = IsolationForest(n_estimators=p.n_estimators, random_state=p.random_state,
-                             contamination="auto", n_jobs=1)
-    forest.fit(X)
-    return -forest.score_samples(X)
+    scikit-learn's, bit for bit, from the port in `isolation` (importing scikit-learn would
+    cost a scan more CPU than the fit)."""
+    return isolation.anomaly_scores(X, p.n_estimators, p.random_state)
 
 
 def _outlier(con: duckdb.DuckDBPyConnection, wins, group, scores, X, z, med, own_rate,
@@ -634,7 +540,6 @@ DETECTOR = Detector(
     partition_by=("format",),
     rank=90,
     max_severity="medium",
-    prepare=prepare,
     lane=GROWS_WITH_LOG,
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor", "session")),
