@@ -124,3 +124,37 @@ def test_claims_made_without_distinct_are_those_made_with_it(tmp_path, monkeypat
     again = scan_store(store, save=False).document
     for key in ("findings", "incidents", "totals"):
         assert json.dumps(again[key], default=str) == json.dumps(result.document[key], default=str)
+
+
+# every claim joined to its event's facts: what `claimed` held before it read the events
+# claimed once from `_event_facts` alone
+EVERY_CLAIM_JOINED = """
+SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.fidx AS owner, e.byte_length, e.ts,
+       u.kind IS NOT NULL AND (cp.canon IS NULL OR c2.event_id IS NULL) AS is_unit,
+       u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL) AS is_owned_unit,
+       e.tokens, e.cost_usd, e.cost_status
+FROM _claims c JOIN _event_facts e USING (event_id)
+LEFT JOIN _copies cp USING (event_id)
+LEFT JOIN _claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
+LEFT JOIN _event_facts o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon
+LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind
+"""
+
+
+def test_the_claimed_rows_are_every_claim_joined_to_its_facts(tmp_path):
+    """`claimed` reads an event claimed once from `_event_facts` and joins only the claims
+    of events claimed more than once; its rows are those of the join of every claim, on
+    samples with findings that share events and messages stored twice (copies)."""
+    from loophound.synth import write_samples
+
+    write_samples(tmp_path / "logs", seed=5)
+    store = Store(tmp_path / "st")
+    ingest([str(tmp_path / "logs")], store)
+    con = scan_store(store, save=False).con
+    shared, once, copies = con.execute(
+        "SELECT count(*) FILTER (WHERE shared), count(*) FILTER (WHERE NOT shared), "
+        "(SELECT count(*) FROM _copies) FROM _event_facts").fetchall()[0]
+    assert shared and once and copies, "the samples claim no event twice, or have no copies"
+    for a, b in (("claimed", f"({EVERY_CLAIM_JOINED})"), (f"({EVERY_CLAIM_JOINED})", "claimed")):
+        assert con.execute(f"SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})"
+                           ).fetchall() == [(0,)]

@@ -93,9 +93,9 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     priced, price_joins = price_events(con, costs or load_cost_model(), source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _event_facts AS
         SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts, e.kind,
-               {who} e.byte_length, {priced}, {fresh} AS fresh
+               {who} e.byte_length, {priced}, {fresh} AS fresh, o.claims > 1 AS shared
         FROM {source} e
-        LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
+        LEFT JOIN (SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx, count(*) AS claims
                    FROM _claims c JOIN _findx x USING (fidx) GROUP BY c.event_id) o
           ON o.event_id = e.event_id
         {price_joins}""")
@@ -104,26 +104,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         WHERE cost_status IS NOT NULL""")
     con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
         SELECT o.event_id, o.fidx, x.finding_id FROM _event_facts o JOIN _findx x USING (fidx)""")
-    copies = define_message_copies(con)  # built when the events were priced; how many
-    # a unit is counted once: a second stored copy only when its first is not claimed (owned)
-    # by the same finding; the joins that decide it are needed only when there are copies
-    unit, owned_unit, copy_joins = ("u.kind IS NOT NULL",) * 2 + ("",)
-    if copies:
-        unit = "u.kind IS NOT NULL AND (cp.canon IS NULL OR c2.event_id IS NULL)"
-        owned_unit = "u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL)"
-        copy_joins = """LEFT JOIN _copies cp USING (event_id)
-        LEFT JOIN _claims c2 ON c2.fidx = c.fidx AND c2.event_id = cp.canon
-        LEFT JOIN _event_facts o2 ON o2.fidx = c.fidx AND o2.event_id = cp.canon"""
-    # every claim with its event's facts: a view, read once below (at 12 M claims a table of
-    # them was 1 GB that DuckDB had to hold or spill)
-    con.execute(f"""CREATE OR REPLACE TEMP VIEW claimed AS
-        SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.fidx AS owner, e.byte_length, e.ts,
-               {unit} AS is_unit, {owned_unit} AS is_owned_unit,
-               e.tokens, e.cost_usd, e.cost_status
-        FROM _claims c
-        JOIN _event_facts e USING (event_id)
-        {copy_joins}
-        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind""")
+    define_claimed(con, define_message_copies(con) > 0)  # copies: built with the prices
     stats, basis, ends, overlaps = _claimed_figures(con)
     _OVERLAPS[con] = overlaps
     evidence = _evidence(con, findings, ends)
@@ -139,6 +120,43 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
             by_kind, x_tokens, x_unpriced, x_basis,
         ))
     return out, totals(con)
+
+
+def define_claimed(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
+    """The view `claimed`: every claim with its event's facts, read once (`_claimed_figures`;
+    at 12 M claims a table of them was 1 GB that DuckDB had to hold or spill). An event
+    claimed once (`shared` false in `_event_facts`: nearly every event of a storm) is its
+    owner's claim, read from `_event_facts` alone; only the claims of events claimed more
+    than once are joined to their facts (joining every claim built a hash table of every
+    claimed event: 3.4 s of a 10x scan, 0.2 s at 1x). A unit is counted once: a second
+    stored copy (`copies`: there are some) only when its first is not claimed (owned) by the
+    same finding."""
+    def columns(claim: str) -> tuple[str, str, str]:
+        if not copies:
+            return ("u.kind IS NOT NULL",) * 2 + ("",)
+        return ("u.kind IS NOT NULL AND (cp.canon IS NULL OR c2.event_id IS NULL)",
+                "u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL)",
+                f"""LEFT JOIN _copies cp USING (event_id)
+        LEFT JOIN _claims c2 ON c2.fidx = {claim}.fidx AND c2.event_id = cp.canon
+        LEFT JOIN _event_facts o2 ON o2.fidx = {claim}.fidx AND o2.event_id = cp.canon""")
+
+    (unit, owned_unit, joins), (unit1, owned_unit1, joins1) = columns("c"), columns("e")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW claimed AS
+        SELECT e.fidx, e.event_id, true AS owned, e.fidx AS owner, e.byte_length, e.ts,
+               {unit1} AS is_unit, {owned_unit1} AS is_owned_unit,
+               e.tokens, e.cost_usd, e.cost_status
+        FROM _event_facts e
+        {joins1}
+        LEFT JOIN finding_units u ON u.fidx = e.fidx AND u.kind = e.kind
+        WHERE NOT e.shared
+        UNION ALL
+        SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.fidx AS owner, e.byte_length, e.ts,
+               {unit} AS is_unit, {owned_unit} AS is_owned_unit,
+               e.tokens, e.cost_usd, e.cost_status
+        FROM _claims c
+        JOIN (FROM _event_facts WHERE shared) e USING (event_id)
+        {joins}
+        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind""")
 
 
 # Dollars summed as decimals (to 10⁻¹² $): a float sum depends on the order of its rows, which
