@@ -131,3 +131,24 @@ def test_the_detectors_whose_memory_grows_with_the_log_run_one_after_the_other(s
     run_detectors(store.connect(), settings(), [*lane, "ping_pong"], lanes=2)
     assert {DETECTORS[n].lane for n in lane} == {GROWS_WITH_LOG}
     assert len({where[n] for n in lane}) == 1 and where["ping_pong"] != where[lane[0]]
+
+
+def test_work_beside_the_detectors_runs_once_in_a_lane_and_its_error_is_raised(store):
+    """A scan measures its coverage beside the detectors (`beside`): each piece of work runs
+    once, on a lane's connection, which reads the events `con` reads; the findings are those
+    without it; an error in it is raised like a detector's."""
+    names = ["ping_pong", "repeated_error", "rate_spike"]
+    counted = []
+
+    def count(c):
+        counted.append(c.execute("SELECT count(*) FROM events").fetchall()[0][0])
+
+    alone = run_detectors(store.connect(), settings(), names, lanes=1)
+    assert run_detectors(store.connect(), settings(), names, lanes=2, beside=[count]) == alone
+    assert counted == [store.connect().execute("SELECT count(*) FROM events").fetchall()[0][0]]
+
+    def broken(c):
+        raise RuntimeError("broken beside")
+
+    with pytest.raises(RuntimeError, match="broken beside"):
+        run_detectors(store.connect(), settings(), names, lanes=2, beside=[broken])

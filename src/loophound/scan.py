@@ -67,8 +67,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
                costs: CostModel | None = None, only: list[str] | None = None,
                alert_on: str = "high", lookback: dt.timedelta | None = None,
                save: bool = True, save_to: Path | None = None,
-               detect: Callable[[duckdb.DuckDBPyConnection, dict, list[str] | None],
-                                list[Finding]] = run_detectors) -> ScanResult:
+               detect: Callable[..., list[Finding]] = run_detectors) -> ScanResult:
     """Detect and attribute over `store`; the store keeps the findings (the last scan's),
     each with its status against the scan before (new, growing, escalated, ongoing, ended).
 
@@ -93,7 +92,10 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         only = only or alerting_detectors(alert_on)
     con = store.connect(since)
     db.leave_room_for_python(con)  # what the detectors hold in Python is the process's too
-    findings = detect(con, params, only)
+    # a full scan's coverage needs no finding: measured in a lane of the detectors' own
+    measured: list = []
+    beside = [lambda c: measured.append(coverage.measure(c))] if since is None else []
+    findings = detect(con, params, only, beside=beside)
     goes_on = None
     if since is not None:
         goes_on = continuing(findings, before_doc, since)
@@ -102,7 +104,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
                                    continuing=goes_on)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
     if since is None:  # what could be judged: a full scan's verdict (a window's is partial)
-        doc["coverage"] = coverage.document(len(findings), coverage.measure(con),
+        doc["coverage"] = coverage.document(len(findings), measured[0],
                                             coverage.skipped_logs(con))
     if since is not None:
         for i, prev_id in goes_on.items():  # its events are claimed under the id it goes on

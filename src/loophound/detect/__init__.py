@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,14 @@ LANES = 2
 
 
 def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
-                  only: list[str] | None = None, lanes: int = LANES) -> list[Finding]:
+                  only: list[str] | None = None, lanes: int = LANES,
+                  beside: Sequence[Callable[[duckdb.DuckDBPyConnection], Any]] = ()
+                  ) -> list[Finding]:
     """Run every detector (or `only` these) over the views in `con`, `lanes` at a time; the
-    findings come out in the registry's order, whichever finished first."""
+    findings come out in the registry's order, whichever finished first. `beside`: work
+    over the same events that needs no finding (a scan's coverage), each called with a
+    lane's connection once the detectors are all taken: the lane that ran the light
+    detectors would otherwise wait for those whose memory grows with the log."""
     present = event_kinds(con)
     names = [n for n, d in DETECTORS.items() if (not only or n in only)
              and d.has_to_read(present)]
@@ -104,7 +110,7 @@ def run_detectors(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
     # last, by rank (repeated_action and alternating_action prepare to share one pass over
     # the actions); a lane's detectors run where its first is
     order = sorted(names, key=lambda n: (DETECTORS[n].prepare is not None, DETECTORS[n].rank))
-    found = _run_lanes(con, params, _jobs(order), lanes)
+    found = _run_lanes(con, params, [*_jobs(order), *beside], lanes)
     return [f for name in names for f in found[name]]
 
 
@@ -124,10 +130,11 @@ def _jobs(order: list[str]) -> list[list[str]]:
 
 
 def _run_lanes(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
-               jobs: list[list[str]], lanes: int) -> dict[str, list[Finding]]:
-    """Each job's detectors, one after the other, on one of `lanes` connections (`con` and
-    siblings of it), each lane taking the next job as it is free; the first error is raised
-    once the lanes have stopped (none takes another job after it)."""
+               jobs: list[list[str] | Callable[[duckdb.DuckDBPyConnection], Any]],
+               lanes: int) -> dict[str, list[Finding]]:
+    """Each job's detectors (or the job, a callable), one after the other, on one of `lanes`
+    connections (`con` and siblings of it), each lane taking the next job as it is free; the
+    first error is raised once the lanes have stopped (none takes another job after it)."""
     found: dict[str, list[Finding]] = {}
     todo = list(reversed(jobs))
     lock = threading.Lock()
@@ -140,8 +147,11 @@ def _run_lanes(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
                     return
                 job = todo.pop()
             try:
-                for name in job:
-                    found[name] = list(DETECTORS[name].run(c, params[name]))
+                if callable(job):
+                    job(c)
+                else:
+                    for name in job:
+                        found[name] = list(DETECTORS[name].run(c, params[name]))
             except BaseException as exc:
                 with lock:
                     failed.append(exc)

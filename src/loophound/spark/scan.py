@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,10 +199,19 @@ class SparkDetectors:
         self.spark, self.store = spark, store
 
     def __call__(self, con: duckdb.DuckDBPyConnection, params: dict,
-                 only: list[str] | None) -> list[Finding]:
+                 only: list[str] | None,
+                 beside: Sequence[Callable[[duckdb.DuckDBPyConnection], Any]] = ()
+                 ) -> list[Finding]:
         """The findings of the detectors (all, or `only`) over the store: each detector's
         groups on the executors; the two-step ones' parts gathered here, where `con` reads
-        the store's events."""
+        the store's events. `beside` (work that needs no finding) runs here after them."""
+        found = self._detect(con, params, only)
+        for work in beside:
+            work(con)
+        return found
+
+    def _detect(self, con: duckdb.DuckDBPyConnection, params: dict,
+                only: list[str] | None) -> list[Finding]:
         events = events_frame(self.spark, self.store)
         if events is None:
             return []
