@@ -84,10 +84,14 @@ elif kind == "ingest":
     report = ingest([log], Store(out))
     result["events"] = report.events
 elif kind == "scan":
+    import inspect
     from loophound.scan import scan_store
     from loophound.store import Store
+    # as `loophound scan` attributes (no report; a source tree older than that option scans
+    # as it did)
+    lean = {"for_report": False} if "for_report" in inspect.signature(scan_store).parameters else {}
     t1 = time.perf_counter()
-    doc = scan_store(Store(out), save=False).document
+    doc = scan_store(Store(out), save=False, **lean).document
     runs = [f for f in doc["findings"] if f["detector"] == "repeated_error"]
     result |= {"findings": len(doc["findings"]), "incidents": len(doc.get("incidents", [])),
                "repeated_error": [[f["events"], f["sessions"]] for f in runs[:20]],

@@ -571,3 +571,14 @@ def test_a_scan_not_saved_in_the_store_has_views_of_its_own(sample, sample_store
         assert claimed == set(ids)
         rows = queries.records(con, "largest_findings", limit=100)
         assert sorted(r["id"] for r in rows) == ids
+
+
+def test_a_scan_made_without_a_report_in_mind_reports_the_same(sample_store, sample):
+    """`loophound scan` attributes without who acted on what (`for_report=False`); a report
+    made from such a scan adds them back and is the same page."""
+    lean = scan_store(sample_store, save=False, for_report=False)
+    has = {c for (c,) in lean.con.execute("SELECT column_name FROM (DESCRIBE _event_facts)")
+           .fetchall()}
+    assert "actor" not in has and "event_id" in has
+    assert lean.document["findings"] == sample[0].document["findings"]
+    assert build(lean, WHEN) == sample[2]

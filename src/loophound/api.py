@@ -140,13 +140,15 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
          on_ingest: Callable[[IngestReport], None] | None = None,
          incremental: bool = False, alert_on: str = "high",
          lookback: dt.timedelta = dt.timedelta(hours=1), format: str | None = None,  # noqa: A002
-         mapping: dict | None = None, only: Sequence[str] | None = None) -> ScanResult | None:
+         mapping: dict | None = None, only: Sequence[str] | None = None,
+         for_report: bool = False) -> ScanResult | None:
     """Ingest `paths` (if any), then detect and attribute, and save the run: in the store,
     or, for a store that may not be written, in `save_to` (default a new temporary folder;
     `result.saved_in` says where). A store being written by another process is waited for.
 
     `incremental` (scheduled scans): read new bytes only and detect over the recent window;
-    returns None when nothing arrived since the last scan. `only`: these detectors only."""
+    returns None when nothing arrived since the last scan. `only`: these detectors only.
+    `for_report`: the result's connection will make a report (`scan_store`)."""
     from .scan import scan_store
 
     only = _detector_names(only)
@@ -156,7 +158,8 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
     if not paths and not incremental and (s.read_only or save_to is not None or not save):
         # nothing to write in the store: no lock, so a copy or a busy store can be scanned
         return scan_store(_existing(s), config_path, list(settings), costs, only=only,
-                          save=save, save_to=Path(save_to) if save_to else None)
+                          save=save, save_to=Path(save_to) if save_to else None,
+                          for_report=for_report)
     with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
         if paths:
             report = ingest(paths, s, format=format, mapping=mapping, wait=wait,
@@ -168,7 +171,7 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
             return None
         return scan_store(s, config_path, list(settings), costs, only=only, alert_on=alert_on,
                           lookback=lookback if incremental else None, save=save,
-                          save_to=Path(save_to) if save_to else None)
+                          save_to=Path(save_to) if save_to else None, for_report=for_report)
 
 
 def _detector_names(only: Sequence[str] | None) -> list[str] | None:
@@ -210,7 +213,7 @@ def write_report(store: PathLike | Store = DEFAULT_STORE, out: PathLike = "repor
         source = f"saved run {run.number} ({run.folder})"
     else:
         opened = scan(s, config=config, settings=settings, prices=prices,
-                      cost_per_call=cost_per_call, save=False)
+                      cost_per_call=cost_per_call, save=False, for_report=True)
         why = ("with the settings given" if custom else
                "no saved scan" if run is None or not run.full else
                "the saved scan predates batches ingested since")
@@ -263,7 +266,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 on_ingest(ingested)
         with step("detecting loops and attributing cost"):
             result = scan(store, config=config, settings=settings, prices=prices,
-                          cost_per_call=cost_per_call)
+                          cost_per_call=cost_per_call, for_report=True)
         replayed = None
         if plan is not None:
             with step("replaying the guards"):

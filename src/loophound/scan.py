@@ -67,7 +67,8 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
                costs: CostModel | None = None, only: list[str] | None = None,
                alert_on: str = "high", lookback: dt.timedelta | None = None,
                save: bool = True, save_to: Path | None = None,
-               detect: Callable[..., list[Finding]] = run_detectors) -> ScanResult:
+               detect: Callable[..., list[Finding]] = run_detectors,
+               for_report: bool = True) -> ScanResult:
     """Detect and attribute over `store`; the store keeps the findings (the last scan's),
     each with its status against the scan before (new, growing, escalated, ongoing, ended).
 
@@ -78,7 +79,11 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
 
     With `lookback` (scheduled scans), the detectors read only the events since the last
     scan's latest event minus `lookback`, and what they find continues the last scan's
-    findings: the cost of a scan follows what is new, not the size of the store."""
+    findings: the cost of a scan follows what is new, not the size of the store.
+
+    `for_report=False` (`loophound scan`, which writes no report): attribution's per-event
+    table leaves out who acted on what (actor, target, model, error), a fifth of attribution
+    at ten times the incident; a report made from the result adds them back."""
     params = settings(config_file, overrides)
     costs = costs or load_cost_model()
     before_doc = previous_document(store)
@@ -100,7 +105,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     if since is not None:
         goes_on = continuing(findings, before_doc, since)
         _mark_unseen(con, store)
-    attributed, totals = attribute(con, findings, costs, for_report=since is None,
+    attributed, totals = attribute(con, findings, costs, for_report=for_report and since is None,
                                    continuing=goes_on)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
     if since is None:  # what could be judged: a full scan's verdict (a window's is partial)
