@@ -187,7 +187,7 @@ class _TreeBuilder:
     def _criterion_init(self, start: int, end: int) -> None:
         """criterion.init: the node's sums, added in sample order (every weight is 1.0)."""
         ys = [self.y[i] for i in self.samples[start:end]]
-        self.start, self.end, self.ys = start, end, ys
+        self.start, self.end = start, end
         self.sum_total = reduce(add, ys, 0.0)
         self.sq_sum_total = reduce(add, map(mul, ys, ys), 0.0)
         self.w_node = float(end - start)
