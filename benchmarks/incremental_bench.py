@@ -32,6 +32,8 @@ import time
 import uuid
 from pathlib import Path
 
+from _common import compile_bytecode
+
 # One scheduled scan in a fresh interpreter, timing its imports and its run apart.
 RUNNER = r"""
 import json, sys, time
@@ -140,13 +142,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path)
     args = ap.parse_args()
-    import loophound
     from loophound.synth import bproxy_full_incident
 
-    # loophound's byte code, as `pip install` writes it: a checkout run with
-    # PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module again in every process
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(loophound.__file__).parent)],
-                   check=True)
+    compile_bytecode(None)
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-incr-"))
     work.mkdir(parents=True, exist_ok=True)

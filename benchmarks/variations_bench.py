@@ -53,6 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import compile_bytecode
+
 ROOT = Path(__file__).resolve().parents[1]
 LOOPHOUND = Path(sys.executable).with_name("loophound")
 
@@ -388,6 +390,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.scan_only and not args.keep:
         ap.error("--scan-only needs --keep DIR (where the stores are kept)")
+    compile_bytecode(args.against)
     work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
     work.mkdir(parents=True, exist_ok=True)
     # the big one first, then its scales, then the other shapes

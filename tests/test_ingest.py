@@ -485,6 +485,41 @@ def test_the_index_of_read_rows_kept_on_disk_changes_nothing(tmp_path, monkeypat
     assert spilled == in_memory
 
 
+@pytest.mark.parametrize("id_key", ["reqId", None])
+def test_a_request_cut_from_its_response_by_a_chunk_is_no_late_outcome(
+        tmp_path, monkeypatch, id_key):
+    """Read in small chunks, many requests are written with one chunk while their response
+    waits, held back, for the next: such a request took its outcome when both were joined,
+    so the catalog records a late outcome (which every query of `events` pays a join for)
+    only for a request written before its response was read, and the events are those of
+    the log read in one piece."""
+    from loophound.synth.bproxy_variants import Variant, write_bproxy_variant
+
+    log = tmp_path / "daemon.log"
+    write_bproxy_variant(log, Variant("cut", id_key=id_key), storm_requests=300,
+                         storm_hours=30 / 3600, session_minutes=1.0)
+    whole = ingest([str(log)], Store(tmp_path / "whole"))
+    small_chunks(monkeypatch)
+    store, rows, _ = read_chunked(log, tmp_path / "chunked")
+    con = store.connect()
+    files = str(store.root / "events" / "*.parquet")
+    written_unanswered = {r[0] for r in con.execute("""
+        SELECT q.event_id FROM read_parquet(?) q JOIN read_parquet(?) a ON a.answers = q.event_id
+        WHERE q.kind = 'request' AND q.ok IS NULL AND a.kind = 'response'""",
+        [files, files]).fetchall()}
+    late = {r[0] for r in con.execute("SELECT event_id FROM _outcomes").fetchall()}
+    assert late == written_unanswered and len(late) < 20
+    assert whole.events == len(rows) > 600
+    assert Store(tmp_path / "whole").connect().execute(
+        "SELECT * EXCLUDE (file) FROM events ORDER BY event_id").fetchall() == rows
+    # the chunks cut requests from their responses: some request was written before its
+    # response was read
+    cut = con.execute("""SELECT count(*) FROM events a JOIN events q ON q.event_id = a.answers
+        WHERE a.kind = 'response' AND q.ok IS NOT NULL
+          AND (a.line - 1) // 40 <> (q.line - 1) // 40""").fetchall()[0][0]
+    assert cut > 0
+
+
 def test_chunks_mapped_ahead_give_what_chunks_mapped_in_turn_give(tmp_path, monkeypatch):
     """A read of many chunks maps the next chunk on another thread while the one before is
     finished; a chunk with a line that is not JSON is mapped again on the careful path. The

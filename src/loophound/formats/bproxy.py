@@ -106,11 +106,15 @@ def _join_by_id(con: duckdb.DuckDBPyConnection) -> None:
     """Join the lines of a request by its id (`corr_id`), in this batch and, for a request
     received before it, among the stored ones."""
     # requests answered in this batch but received before it (an earlier chunk or run): few,
-    # so only their ids are looked up in what is stored
+    # so only their ids are looked up in what is stored. A line joined already (`answers`:
+    # held back from the chunk before, whose request was written then) is not looked up
+    # again: its request's outcome was written with it, or recorded late then, and recording
+    # it again made every store whose chunks cut a request from its response carry late
+    # outcomes, which every query of `events` then paid a join for.
     con.execute("""CREATE OR REPLACE TEMP TABLE _orphans AS
         SELECT DISTINCT corr_id FROM (
           SELECT event_id >> 32, corr_id FROM batch
-          WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL
+          WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL AND answers IS NULL
           EXCEPT SELECT event_id >> 32, corr_id FROM batch WHERE kind = 'request')""")
     earlier = ""
     if con.execute("SELECT count(*) FROM _orphans").fetchall()[0][0]:
@@ -464,7 +468,12 @@ class _Placed:
         answered = self.row[response & (self.row >= 0)]
         if len(answered) and np.bincount(answered).max() > 1:
             return False
-        orphans = (self.row < 0) & (self.corr_line >= 0)
+        # a line held back from the chunk before whose request was written then has what
+        # the join gives it, and its request's outcome was written with it or recorded late
+        # then (as in `_join_by_id`): neither is looked up nor written again
+        held = np.arange(len(self.answering)) >= self.probes
+        self.written &= ~(held & (self.row < 0))
+        orphans = (self.row < 0) & (self.corr_line >= 0) & ~held
         if not orphans.any() or self._stored_known(orphans):
             return True
         asked = pa.table({"line": numpy_arrow(np.unique(self.corr_line[orphans]))})
@@ -491,11 +500,10 @@ class _Placed:
         return True
 
     def _stored_known(self, orphans: np.ndarray) -> bool:
-        """Whether the stored requests the lines `orphans` answer are known without the
-        look-up by `corr_id`: those matched now were read with the stored requests, those
-        of the lines held back are their `answers`; and each answered by one response at
-        most. Then `row` points at them (the held-back lines keep what they have) and
-        `late` has their outcomes, as `_late_outcomes` would find them."""
+        """Whether the stored requests the lines `orphans` (placed now) answer are known
+        without the look-up by `corr_id`: they were read with the stored requests; and each
+        answered by one response at most. Then `row` points at them and `late` has their
+        outcomes, as `_late_outcomes` would find them."""
         n, requests = self.probes, self.requests
         matched = self.found[orphans[:n]]
         if (matched < 0).any():  # placed with the last request stored: looked up
@@ -505,8 +513,6 @@ class _Placed:
             return False  # a stored request without a corr_id: the look-up misses it
         target = np.full(len(self.answering), -1, dtype=np.int64)
         target[:n][orphans[:n]] = requests.event_id[matched]
-        held = np.flatnonzero(orphans[n:]) + n
-        target[held] = self.lines.answers[self.answering[held]]
         response = np.flatnonzero(self.lines.response[self.answering] & (target >= 0))
         if len(np.unique(target[response])) < len(response):
             return False  # a stored request answered twice: `any_value` picks
@@ -514,7 +520,6 @@ class _Placed:
             self.row[np.flatnonzero(orphans[:n])] = self.fields.num_rows + matched
             self.fields = pa.concat_tables([self.fields,
                                             stored.select(self.fields.column_names)])
-        self.written[held] = False  # what they have is what the join would write again
         self.late = self.lines.table.select(["ok", "error", "latency_ms"]).take(
             numpy_arrow(self.answering[response])).add_column(
                 0, "event_id", numpy_arrow(target[response]))
