@@ -13,7 +13,7 @@ import pytest
 from loophound import detect
 from loophound.detect import DETECTORS, run_detectors, settings
 from loophound.detect import actions as ac
-from loophound.detect.base import GROWS_WITH_LOG
+from loophound.detect.base import ONE_PASS_OVER_ACTIONS
 from loophound.ingest import ingest
 from loophound.store import Store, event_kinds, sibling
 
@@ -109,17 +109,19 @@ def test_the_lanes_run_at_once(store, monkeypatch):
     assert len(threads) == 2
 
 
-def test_the_detectors_whose_memory_grows_with_the_log_run_one_after_the_other(store,
-                                                                              monkeypatch):
-    """repeated_error, the stuck detectors and unusual_actor hold much of the log (in Python,
-    or sorted in DuckDB): never two at once, on one connection, while others run beside."""
-    meet = threading.Barrier(2, timeout=30)  # repeated_error and ping_pong run at once
+HEAVY = ["repeated_error", "repeated_action", "alternating_action", "unusual_actor"]
+
+
+def _record_threads(monkeypatch, meeting: tuple[str, str]) -> dict[str, str]:
+    """Every detector's run replaced by one that records its thread; the two `meeting` wait
+    for each other (so they must run at once, or the barrier times out)."""
+    meet = threading.Barrier(2, timeout=30)
     where: dict[str, str] = {}
 
     def record(name):
         def run(con, p):
             where[name] = threading.current_thread().name
-            if name in ("repeated_error", "ping_pong"):
+            if name in meeting:
                 meet.wait()
             return []
         return run
@@ -127,10 +129,34 @@ def test_the_detectors_whose_memory_grows_with_the_log_run_one_after_the_other(s
     for name in DETECTORS:
         monkeypatch.setitem(detect.DETECTORS, name,
                             dataclasses.replace(DETECTORS[name], run=record(name), prepare=None))
-    lane = ["repeated_error", "repeated_action", "alternating_action", "unusual_actor"]
-    run_detectors(store.connect(), settings(), [*lane, "ping_pong"], lanes=2)
-    assert {DETECTORS[n].lane for n in lane} == {GROWS_WITH_LOG}
-    assert len({where[n] for n in lane}) == 1 and where["ping_pong"] != where[lane[0]]
+    return where
+
+
+def test_on_a_large_log_the_detectors_whose_memory_grows_with_it_run_one_after_the_other(
+        store, monkeypatch):
+    """repeated_error, the stuck detectors and unusual_actor hold much of the log (in Python,
+    or sorted in DuckDB): above SIDE_BY_SIDE_EVENTS never two at once, on one connection,
+    while others run beside."""
+    monkeypatch.setattr(detect, "SIDE_BY_SIDE_EVENTS", 10)  # the samples are a large log now
+    where = _record_threads(monkeypatch, ("repeated_error", "ping_pong"))
+    run_detectors(store.connect(), settings(), [*HEAVY, "ping_pong"], lanes=2)
+    assert all(DETECTORS[n].grows_with_log for n in HEAVY)
+    assert len({where[n] for n in HEAVY}) == 1 and where["ping_pong"] != where[HEAVY[0]]
+
+
+def test_on_a_small_log_they_run_side_by_side_but_the_stuck_detectors_share_a_lane(
+        store, monkeypatch):
+    """Below SIDE_BY_SIDE_EVENTS (the samples: a few thousand events) two of them run at
+    once; repeated_action and alternating_action, which share one pass over the actions,
+    still run on one connection."""
+    assert store.connect().execute("SELECT count(*) FROM events").fetchall()[0][0] \
+        <= detect.SIDE_BY_SIDE_EVENTS
+    where = _record_threads(monkeypatch, ("repeated_error", "unusual_actor"))
+    run_detectors(store.connect(), settings(), HEAVY, lanes=2)
+    assert where["repeated_error"] != where["unusual_actor"]
+    assert where["repeated_action"] == where["alternating_action"]
+    assert {DETECTORS[n].lane for n in ("repeated_action", "alternating_action")} == {
+        ONE_PASS_OVER_ACTIONS}
 
 
 def test_work_beside_the_detectors_runs_once_in_a_lane_and_its_error_is_raised(store):

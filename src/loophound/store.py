@@ -769,8 +769,14 @@ def _build_copies(con: duckdb.DuckDBPyConnection) -> int:
 def event_kinds(con: duckdb.DuckDBPyConnection) -> set[str]:
     """The kinds of event in `events`, read once per connection (which detectors have
     anything to read, whether there are messages to count once)."""
-    return _once(con, "kinds", lambda: {k for (k,) in con.execute(
-        "SELECT DISTINCT kind FROM events").fetchall()})
+    return set(kind_counts(con))
+
+
+def kind_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """How many events of each kind `events` holds, read once per connection (one pass over
+    `kind`, as the kinds alone take)."""
+    return _once(con, "kinds", lambda: dict(con.execute(
+        "SELECT kind, count(*) FROM events GROUP BY kind").fetchall()))
 
 
 def _once(con: duckdb.DuckDBPyConnection, name: str, compute):

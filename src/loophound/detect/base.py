@@ -84,12 +84,9 @@ class Finding:
         return hashlib.sha256(f"{self.detector}\x1f{self.key}".encode()).hexdigest()[:16]
 
 
-# The `Detector.lane` of the detectors whose memory grows with the log: repeated_error and
-# the stuck detectors hold a storm's attempts or actions in Python, unusual_actor has DuckDB
-# sort every unit event. Side by side, their memory adds up (the scan of 10x the incident
-# peaked at 1.15-1.19 GB, one at a time at 0.79-0.91 GB); one after the other on one
-# connection, which the stuck detectors' shared pass over the actions needs too.
-GROWS_WITH_LOG = "grows with the log"
+# The `Detector.lane` of the stuck detectors (repeated_action, alternating_action): they share
+# one pass over the actions (`actions.want`), so they run one after the other on one connection.
+ONE_PASS_OVER_ACTIONS = "one pass over the actions"
 
 
 @dataclass(frozen=True)
@@ -132,9 +129,13 @@ class Detector:
     prepare: Callable[[duckdb.DuckDBPyConnection, Any], None] | None = None
     # detectors run side by side, each on a connection of its own; those of one `lane` (a
     # name) run one after the other on one, because one uses what another prepared there
-    # (repeated_action and alternating_action share one pass over the actions), or because
-    # each holds much of the log in Python, which two at once would hold twice over
+    # (repeated_action and alternating_action share one pass over the actions)
     lane: str = ""
+    # its memory grows with the log: repeated_error and the stuck detectors hold a storm's
+    # attempts or actions in Python, unusual_actor has DuckDB sort every unit event (each
+    # about 0.4-0.45 GB at 10x the incident). On a large log such detectors run one after
+    # the other (`detect.SIDE_BY_SIDE_EVENTS`), as side by side their memory adds up
+    grows_with_log: bool = False
     # a detector with a global step (unusual_actor fits one forest over every actor's
     # windows) is two steps, `gathered(parts, gather)` its `run`: `parts(con, params)`
     # measures what it can in each `partition_by` group (a list of picklable measurements),

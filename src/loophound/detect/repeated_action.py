@@ -63,7 +63,7 @@ from .actions import (
     ts,
     want,
 )
-from .base import GROWS_WITH_LOG, Detector, EvidenceLine, Finding, human_duration, param, staged
+from .base import ONE_PASS_OVER_ACTIONS, Detector, EvidenceLine, Finding, human_duration, param, staged
 
 
 @dataclass
@@ -252,5 +252,6 @@ DETECTOR = Detector(
     # an (actor, session)'s calls, and what others did in the session (actions.py)
     partition_by=("session",),
     prepare=prepare,
-    lane=GROWS_WITH_LOG,
+    lane=ONE_PASS_OVER_ACTIONS,
+    grows_with_log=True,
 )

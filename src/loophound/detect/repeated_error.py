@@ -65,7 +65,7 @@ from ..db import arrow_numpy, temp_table
 from ..normalise import mask, mask_sql
 from ..vocabulary import Severity
 from .actions import MAX_CYCLE, clip, sorted_rows
-from .base import GROWS_WITH_LOG, Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
+from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import input_formats, profile
 
 ATTEMPT_KINDS = ("request", "step", "message", "room_post", "llm_call", "record", "trigger",
@@ -722,5 +722,5 @@ DETECTOR = Detector(
     # runs are one (actor, session, action)'s, retry runs one (actor, session, call)'s; what
     # stopped them, a close of the session
     partition_by=("session",),
-    lane=GROWS_WITH_LOG,
+    grows_with_log=True,
 )

@@ -58,7 +58,6 @@ from .. import db
 from ..vocabulary import Severity
 from . import isolation
 from .base import (
-    GROWS_WITH_LOG,
     Detector,
     EvidenceLine,
     Finding,
@@ -540,7 +539,7 @@ DETECTOR = Detector(
     partition_by=("format",),
     rank=90,
     max_severity="medium",
-    lane=GROWS_WITH_LOG,
+    grows_with_log=True,
     reads=UNIT_KINDS,
     needs=(("ts",), ("actor", "session")),
 )
