@@ -766,6 +766,17 @@ def _build_copies(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
 
 
+def events_of_kinds(kinds) -> str:
+    """SQL, in place of a table: the `events` of `kinds` (our own names, never a log's), one
+    scan per kind. DuckDB evaluates an equality inside the Parquet scan, so the other columns
+    are read only for that kind's rows; a filter on several values (IN, OR, list_contains)
+    only skips row groups there, and every row's columns are read, then filtered: the
+    message detectors' pass over 10x the incident read every column of 12.7 M requests and
+    responses to keep its 20,000 `stats` records (1.9 s; 0.16 s so)."""
+    return " UNION ALL ".join(f"SELECT * FROM events WHERE kind = {db.sql_literal(k)}"
+                              for k in kinds)
+
+
 def event_kinds(con: duckdb.DuckDBPyConnection) -> set[str]:
     """The kinds of event in `events`, read once per connection (which detectors have
     anything to read, whether there are messages to count once)."""

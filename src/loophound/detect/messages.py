@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 
 from ..formats import FORMATS
+from ..store import events_of_kinds
 from .base import EvidenceLine
 from .profiles import extra_key_sql
 
@@ -49,17 +50,16 @@ aliases AS (
 )"""
 
 # Hops, in pair order, with the previous hop of the same pair and the episode number.
-# Parameters: $kinds (message-like kinds), $break_ms.
+# Parameter: $break_ms.
 HOPS_CTE = ALIASES_CTE + """,
 msg AS (
   SELECT e.event_id, e.ts, e.file, e.line, e.kind, coalesce(e.channel, e.kind) AS chan,
          coalesce(a1.canon, e.actor) AS sender, coalesce(a2.canon, e.target) AS receiver,
          e.role, e.depth, e.corr_id, """ + extra_key_sql("direction_key", "e") + """ AS direction
-  FROM events e
+  FROM (""" + events_of_kinds(MESSAGE_KINDS) + """) e
   LEFT JOIN aliases a1 ON a1.name = e.actor
   LEFT JOIN aliases a2 ON a2.name = e.target
-  WHERE list_contains($kinds, e.kind) AND e.ts IS NOT NULL
-    AND e.actor IS NOT NULL AND e.target IS NOT NULL
+  WHERE e.ts IS NOT NULL AND e.actor IS NOT NULL AND e.target IS NOT NULL
 ),
 msg1 AS (  -- one row per message: the sender's own copy first
   SELECT *, count(*) OVER (PARTITION BY kind, sender, receiver, coalesce(corr_id, '#' || event_id))

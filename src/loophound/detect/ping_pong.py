@@ -205,7 +205,7 @@ class Episode:
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Episode]:
     min_rounds = max(1, min(p.min_rounds, p.slow_min_rounds))
     rows = con.execute(SQL, {
-        "kinds": list(MESSAGE_KINDS), "break_ms": p.break_s * 1000,
+        "break_ms": p.break_s * 1000,
         "min_switches": 2 * min_rounds - 1, "max_hop_depth": p.max_hop_depth,
     }).fetchall()
     cols = [d[0] for d in con.description]

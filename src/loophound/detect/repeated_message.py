@@ -39,7 +39,7 @@ from ..normalise import mask_sql
 from ..vocabulary import Severity
 from .actions import ACTION_KINDS, GUARDS, Pace, clip, ts
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
-from .messages import CLAIM_WITH_COPIES, HOPS_CTE, MESSAGE_KINDS, aliases_of, display
+from .messages import CLAIM_WITH_COPIES, HOPS_CTE, aliases_of, display
 from .messages import LINKS_SQL as HOP_LINKS
 from .profiles import extra_key_sql
 
@@ -209,7 +209,7 @@ class Repetition:
 
 
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Repetition]:
-    table = con.sql(SQL, params={"kinds": list(MESSAGE_KINDS), "break_ms": 3600_000.0,
+    table = con.sql(SQL, params={"break_ms": 3600_000.0,
                                  "min_count": p.min_count}).to_arrow_table()
     if table.num_rows == 0:
         return []
