@@ -337,3 +337,25 @@ def test_investigate_with_guards_gives_the_report_with_the_section_in_one_comman
         assert done.returncode == 2, options
         assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
         assert "reading the logs" not in done.stderr and not lost.exists()
+
+
+GUARDS_AND_LIST = """
+import sys
+from loophound import api
+doc = api.guards(sys.argv[1], [sys.argv[2]], presets=["had", "adopted"]).document
+print(len(doc["guards"]) > 0, "pandas" in sys.modules)
+"""
+
+
+def test_a_replay_does_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (0.3-2 s of CPU) when it is installed, at `to_numpy()` of a
+    column or a `pa.array` of numpy values: the replay converts with `db.arrow_numpy` and
+    `db.numpy_arrow`, as ingest and the scan do."""
+    pytest.importorskip("pandas")
+    import loophound
+
+    done = subprocess.run([sys.executable, "-c", GUARDS_AND_LIST, str(tmp_path / "st"),
+                           str(Path(__file__).resolve().parents[1] / "sample_logs")],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(Path(loophound.__file__).parents[1])))
+    assert done.stdout.split() == ["True", "False"], done.stderr[-3000:]

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..attribute import UNIT_KINDS_ALL
+from ..db import arrow_numpy, numpy_arrow
 from .machines import FIELDS, Event, machine
 from .spec import Guard
 
@@ -84,15 +85,16 @@ class Column:
 
 def _column(col: pa.ChunkedArray, name: str, order: np.ndarray | None = None) -> Column:
     """Column `name` from arrow, its rows taken in `order` (all, as they are, when None)."""
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):  # of no chunks: combine_chunks imports pandas
+        col = col.combine_chunks() if col.num_chunks else pa.nulls(0, col.type)
     if name in STRINGS:
         d = col.dictionary_encode()
         values = d.dictionary.to_pylist() + [None]
-        codes = d.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+        codes = arrow_numpy(d.indices, null=len(values) - 1)
         return Column(codes if order is None else codes[order], values)
-    nulls = col.is_null().to_numpy(zero_copy_only=False)
-    filled = col.fill_null(False if pa.types.is_boolean(col.type) else 0)
-    num = np.where(nulls, np.nan, filled.to_numpy(zero_copy_only=False).astype(np.float64))
+    nulls = arrow_numpy(col.is_null())
+    filled = arrow_numpy(col, null=False if pa.types.is_boolean(col.type) else 0)
+    num = np.where(nulls, np.nan, filled.astype(np.float64))
     if order is not None:
         num, nulls = num[order], nulls[order]
     column = Column(num=num, integer=name in ("depth", "tokens"))
@@ -316,8 +318,9 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
         {EXPRESSIONS['cost_usd']} AS cost_usd {extra}
         FROM events e LEFT JOIN {costs} f USING (event_id)""").to_arrow_table()
     n = table.num_rows
-    stored_ids = table["event_id"].to_numpy().astype(np.int64)
-    t_stored = table["t"].fill_null(NO_TIME).to_numpy().astype(np.int64)
+    stored_ids = arrow_numpy(table["event_id"]).astype(np.int64)
+    t_stored = arrow_numpy(table["t"], null=NO_TIME).astype(np.int64)
+    stored_line = arrow_numpy(table["line"])
     # an input is one file: its events' file names ranked through their input numbers
     inputs = con.execute("SELECT DISTINCT event_id >> 32, file FROM events").fetchall()
     ranked = sorted(inputs, key=lambda r: (r[1] is None, r[1] or "", r[0]))
@@ -325,7 +328,7 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
     by_input = np.argsort(number)
     input_of = stored_ids >> 32
     rank = by_input[np.searchsorted(number[by_input], input_of)]
-    order = np.lexsort((stored_ids, table["line"].to_numpy(), rank,
+    order = np.lexsort((stored_ids, stored_line, rank,
                         np.where(t_stored == NO_TIME, np.iinfo(np.int64).max, t_stored)))
     ids = stored_ids[order]
     by_id = np.argsort(ids, kind="stable")
@@ -334,7 +337,8 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
     def positions(event_ids) -> np.ndarray:
         return by_id[np.searchsorted(sorted_ids, np.asarray(event_ids, dtype=np.int64))]
 
-    con.register("_guard_ev", pa.table({"pos": np.arange(n, dtype=np.int64), "event_id": ids}))
+    con.register("_guard_ev", pa.table({"pos": numpy_arrow(np.arange(n, dtype=np.int64)),
+                                        "event_id": numpy_arrow(ids)}))
     t = t_stored[order]
     kind = _column(table["kind"], "kind", order)
     # a message both ends stored: the copies after the first stored (lowest event id, as
@@ -344,14 +348,14 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
         FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL) c
         JOIN _guard_ev g USING (event_id) JOIN _guard_ev f ON f.event_id = c.canon
         WHERE c.event_id <> c.canon""").to_arrow_table()
-    copy_pos = copies["pos"].to_numpy().astype(np.int64)
+    copy_pos = arrow_numpy(copies["pos"]).astype(np.int64)
     copy = np.zeros(n, dtype=bool)
     copy[copy_pos] = True
     unit = kind.isin(UNIT_KINDS_ALL) & ~copy
     # a log line per position: its own, but one for the several events of an OTLP line
     # (their ids are not input × 2^32 + line)
     line = np.arange(n, dtype=np.int64)
-    if ((stored_ids & 0xFFFFFFFF) != table["line"].to_numpy()).any():
+    if ((stored_ids & 0xFFFFFFFF) != stored_line).any():
         shared = con.sql("""SELECT g.pos, min(g.pos) OVER (PARTITION BY e.event_id >> 32,
             e.line) AS first FROM events e JOIN _guard_ev g USING (event_id)
             WHERE e.event_id & 4294967295 <> e.line""").fetchnumpy()
@@ -363,7 +367,7 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
     claimed = np.zeros(n, dtype=bool)
     if claims_t.num_rows:
         fid = _column(claims_t["finding_id"], "kind")  # text: dictionary codes
-        pos = positions(claims_t["event_id"].to_numpy())
+        pos = positions(arrow_numpy(claims_t["event_id"]))
         claimed[pos] = True
         by = np.lexsort((pos, fid.codes))
         codes, pos = fid.codes[by], pos[by]
@@ -371,19 +375,19 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
         for chunk_c, chunk_p in zip(np.split(codes, cuts), np.split(pos, cuts), strict=True):
             claims[fid.values[chunk_c[0]]] = chunk_p
     answers = table["answers"]
-    has = ~answers.is_null().to_numpy(zero_copy_only=False)[order]
-    answered = positions(answers.fill_null(0).to_numpy()[order][has])
+    has = ~arrow_numpy(answers.is_null())[order]
+    answered = positions(arrow_numpy(answers, null=0)[order][has])
     parent, child = _links(con, reply_within_s)
     parent = np.concatenate([parent, answered])
     child = np.concatenate([child, np.flatnonzero(has)])
     keep = parent < child  # an effect never comes before its cause, but a copy may
-    parent = np.concatenate([parent[keep], copies["first"].to_numpy().astype(np.int64)])
+    parent = np.concatenate([parent[keep], arrow_numpy(copies["first"]).astype(np.int64)])
     child = np.concatenate([child[keep], copy_pos])
     down_off, down = _csr(parent, child, n)
     up_off, up = _csr(child, parent, n)
     columns = {c: _column(table[c], c, order) for c in (*fields, "tokens", "cost_usd")}
     return Log(n, t, kind, unit, columns["cost_usd"].num, columns["tokens"].num.astype(np.int64),
-               line, n, table["byte_length"].to_numpy().astype(np.int64)[order],
+               line, n, arrow_numpy(table["byte_length"]).astype(np.int64)[order],
                claimed, copy, claims, down_off, down, up_off, up, columns, con)
 
 
@@ -431,5 +435,5 @@ def _links(con: duckdb.DuckDBPyConnection, reply_within_s: float) -> tuple[np.nd
           AND (kind = 'room_post' OR prev_target = actor)
           AND epoch_ms(ts) - epoch_ms(prev_ts) <= $ms
         """, params={"ms": int(reply_within_s * 1000)}).to_arrow_table()
-    return (edges["parent"].to_numpy().astype(np.int64),
-            edges["child"].to_numpy().astype(np.int64))
+    return (arrow_numpy(edges["parent"]).astype(np.int64),
+            arrow_numpy(edges["child"]).astype(np.int64))
