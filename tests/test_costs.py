@@ -126,6 +126,30 @@ def test_claims_made_without_distinct_are_those_made_with_it(tmp_path, monkeypat
         assert json.dumps(again[key], default=str) == json.dumps(result.document[key], default=str)
 
 
+def test_facts_made_a_range_of_event_ids_at_a_time_are_those_made_at_once(tmp_path, monkeypatch):
+    """A large log's `_event_facts` is made a range of event ids at a time (each range's
+    claims and events: what fits DuckDB's memory); with ranges of 300 events the samples'
+    (inputs split, small ones sharing a range) give the same table, figures and report rows."""
+    import loophound.attribute as attribution
+    from loophound.synth import write_samples
+
+    write_samples(tmp_path / "logs", seed=5)
+    store = Store(tmp_path / "st")
+    ingest([str(tmp_path / "logs")], store)
+    whole = scan_store(store, save=False)
+    facts = whole.con.execute("SELECT * FROM _event_facts ORDER BY event_id").fetchall()
+    ranges = []
+    split = attribution._id_ranges
+    monkeypatch.setattr(attribution, "FACTS_RANGE_EVENTS", 300)
+    monkeypatch.setattr(attribution, "_id_ranges", lambda *a: ranges.append(split(*a)) or ranges[-1])
+    parts = scan_store(store, save=False)
+    assert len(ranges[0]) > 10
+    assert parts.con.execute("SELECT * FROM _event_facts ORDER BY event_id").fetchall() == facts
+    for key in ("findings", "incidents", "totals"):
+        assert json.dumps(parts.document[key], default=str) == json.dumps(whole.document[key],
+                                                                          default=str)
+
+
 # every claim joined to its event's facts: what `claimed` held before it read the events
 # claimed once from `_event_facts` alone
 EVERY_CLAIM_JOINED = """
