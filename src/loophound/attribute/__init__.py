@@ -91,6 +91,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     # priced ones (a second pass over the events, and a join of every event to its price,
     # cost a fifth of the whole again)
     priced, price_joins = price_events(con, costs or load_cost_model(), source)
+    copies = define_message_copies(con) > 0  # built with the prices
     for i, within in enumerate(_id_ranges(con, source)):
         con.execute(f"""{"INSERT INTO" if i else "CREATE OR REPLACE TEMP TABLE"} _event_facts
             {"" if i else "AS"}
@@ -102,18 +103,15 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
                        GROUP BY c.event_id) o
               ON o.event_id = e.event_id
             {price_joins}""")
-    # a view: a scan reads the facts themselves, and a table of them was a pass over every
-    # event (1.1 s at 10x the incident) for the notebook that asks
-    con.execute("""CREATE OR REPLACE TEMP VIEW event_costs AS
-        SELECT event_id, cost_usd, cost_status, tokens FROM _event_facts
-        WHERE cost_status IS NOT NULL""")
-    con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
-        SELECT o.event_id, o.fidx, x.finding_id FROM _event_facts o JOIN _findx x USING (fidx)""")
-    define_claimed(con, define_message_copies(con) > 0)  # copies: built with the prices
-    stats, basis, ends, overlaps = _claimed_figures(con)
+        if not i:
+            _define_fact_views(con, copies)
+        # what the figures sum up, from the range's facts while they are in memory (a message
+        # copy's first copy has a lower id: it is in this range or one before)
+        _add_parts(con, within, not i)
+        _fact_groups(con, within, not i)
+    stats, basis, ends, overlaps = _claimed_figures(con, parts_made=True)
     _OVERLAPS[con] = overlaps
     evidence = _evidence(con, findings, ends)
-    _fact_groups(con)
     owns = _owned_by_kind(con)
     out = []
     for i, f in enumerate(findings):
@@ -162,6 +160,18 @@ def _id_ranges(con: duckdb.DuckDBPyConnection, source: str) -> list[str]:
             for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
+def _define_fact_views(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
+    """`event_costs`, `owner` and `claimed` over `_event_facts`. `event_costs` is a view: a
+    scan reads the facts themselves, and a table of them was a pass over every event (1.1 s
+    at 10x the incident) for the notebook that asks."""
+    con.execute("""CREATE OR REPLACE TEMP VIEW event_costs AS
+        SELECT event_id, cost_usd, cost_status, tokens FROM _event_facts
+        WHERE cost_status IS NOT NULL""")
+    con.execute("""CREATE OR REPLACE TEMP VIEW owner AS
+        SELECT o.event_id, o.fidx, x.finding_id FROM _event_facts o JOIN _findx x USING (fidx)""")
+    define_claimed(con, copies)
+
+
 def define_claimed(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
     """The view `claimed`: every claim with its event's facts, read once (`_claimed_figures`;
     at 12 M claims a table of them was 1 GB that DuckDB had to hold or spill). An event
@@ -208,18 +218,12 @@ DECIMAL_SUM = "sum(CAST(cost_usd AS DECIMAL(38, 12)))"
 _OVERLAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _claimed_figures(con: duckdb.DuckDBPyConnection):
-    """Every figure attribution takes from the claims, in one pass over `claimed`: per
-    finding its counts and sums (`stats`), events per cost basis (`basis`), its first three
-    and last unit events by time (`ends`), and per (finding, other owner) how many events
-    and in which inputs (`overlaps`). The pass sums the claims by finding, cost basis,
-    owner and input (a few rows: `_parts`), and the figures are those rows summed again, by
-    finding alone, with its cost basis, with its other owner (dollars as decimals, which
-    add up exactly however they are grouped; the first and last events are the first and
-    last of each part's own). Grouping sets straight over the claims computed every
-    aggregate for every set, three passes over a million claims."""
+def _add_parts(con: duckdb.DuckDBPyConnection, within: str = "", first: bool = True) -> None:
+    """`_parts` (see `_claimed_figures`), made (`first`) or added to from the claims of the
+    events `within` (a clause of `_id_ranges`): parts of one key from several ranges are
+    summed again like any others."""
     con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _parts AS
+        {"CREATE OR REPLACE TEMP TABLE _parts AS" if first else "INSERT INTO _parts"}
         SELECT fidx, cost_status, CASE WHEN owned THEN NULL ELSE owner END AS other, owned,
           CAST(event_id >> 32 AS INTEGER) AS input_id,
           count(*) FILTER (WHERE is_unit) AS units, count(*) AS n, sum(byte_length) AS bytes,
@@ -228,7 +232,22 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection):
           count(*) FILTER (WHERE is_owned_unit AND owned) AS owned_units,
           arg_min(struct_pack(ts, event_id), (ts, event_id), 3) FILTER (WHERE is_unit) AS first,
           arg_max(struct_pack(ts, event_id), (ts, event_id)) FILTER (WHERE is_unit) AS last
-        FROM claimed GROUP BY ALL""")
+        FROM claimed {within.format(id="event_id")} GROUP BY ALL""")
+
+
+def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
+    """Every figure attribution takes from the claims, in one pass over `claimed`: per
+    finding its counts and sums (`stats`), events per cost basis (`basis`), its first three
+    and last unit events by time (`ends`), and per (finding, other owner) how many events
+    and in which inputs (`overlaps`). The pass sums the claims by finding, cost basis,
+    owner and input (a few rows: `_parts`), and the figures are those rows summed again, by
+    finding alone, with its cost basis, with its other owner (dollars as decimals, which
+    add up exactly however they are grouped; the first and last events are the first and
+    last of each part's own). Grouping sets straight over the claims computed every
+    aggregate for every set, three passes over a million claims. `parts_made`: attribution
+    made `_parts` as it made the facts (`_add_parts`)."""
+    if not parts_made:
+        _add_parts(con)
     try:
         rows = con.execute("""
             SELECT fidx, cost_status, other, grouping(cost_status) AS by_status,
@@ -262,20 +281,23 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection):
     return stats, basis, ends, overlaps
 
 
-def _fact_groups(con: duckdb.DuckDBPyConnection) -> None:
+def _fact_groups(con: duckdb.DuckDBPyConnection, within: str = "", first: bool = True) -> None:
     """`_fact_groups`: `_event_facts` summed by owner, kind, cost basis, whether the scan had
     seen the event before (`fresh`) and whether it is a second stored copy (`copy`): a few
     rows, which each finding's owned actions (`_owned_by_kind`) and the whole log's
     `totals` sum again. One pass over the events where there were three (4.2 s of a scan of
     10x the incident); dollars are summed as decimals, which add up exactly however they
-    are grouped."""
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _fact_groups AS
+    are grouped. Made (`first`) or added to from the events `within` (a clause of
+    `_id_ranges`)."""
+    con.execute(f"""
+        {"CREATE OR REPLACE TEMP TABLE _fact_groups AS" if first else "INSERT INTO _fact_groups"}
         SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
                count(*) AS n, sum(e.byte_length) AS bytes, sum(e.tokens) AS tokens,
                {DECIMAL_SUM} AS cost,
                sum(e.tokens) FILTER (WHERE e.cost_status = 'unpriced') AS unpriced,
                min(e.ts) AS first, max(e.ts) AS last
-        FROM _event_facts e LEFT JOIN _copies cp USING (event_id) GROUP BY ALL""")
+        FROM _event_facts e LEFT JOIN _copies cp USING (event_id)
+        {within.format(id="e.event_id")} GROUP BY ALL""")
 
 
 def _owned_by_kind(con: duckdb.DuckDBPyConnection
