@@ -1041,9 +1041,11 @@ class _Group:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE batch AS
             SELECT b.* REPLACE (b.line & {(1 << LINE_BITS) - 1} AS line, g.file AS file)
             FROM batch b JOIN _group_files g ON g.input_id = b.event_id >> {LINE_BITS}""")
-        if fmt.finish:
-            fmt.finish(con, ctx)
-        con.execute("INSERT INTO _rows SELECT * FROM batch")
+        finished = fmt.finish(con, ctx) if fmt.finish else None
+        if finished is None:
+            con.execute("INSERT INTO _rows SELECT * FROM batch")
+        else:
+            _insert_arrow(con, "_rows", finished)
         for r in rejected:  # the mapping stood: what it found is each file's
             by_id[r.line >> LINE_BITS].rejected.append(r)
             r.line &= (1 << LINE_BITS) - 1
@@ -1301,13 +1303,16 @@ class _ChunkSink:
         cutoff = hi if final else hi - HOLD_LINES
         if cutoff < lo:  # nothing to write yet: finished with the next chunk
             return
-        if self.fmt.finish:
-            self.fmt.finish(con, self.ctx)
-        table = self._finished(int(cutoff))
+        finished = self.fmt.finish(con, self.ctx) if self.fmt.finish else None
+        table = self._finished(int(cutoff), finished)
         self.rows.add(table)
         # a new table, not DELETE: deleted rows would still be scanned by every later chunk
-        con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
-                    f"WHERE line > {int(cutoff)}").fetchall()
+        if finished is None:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
+                        f"WHERE line > {int(cutoff)}").fetchall()
+        else:  # `finish` left `batch` as it was: the lines held back, as finished
+            _replace_rows(con, "batch", finished.filter(
+                db.numpy_arrow(db.arrow_numpy(finished["line"]) > cutoff)))
         self.events += table.num_rows
         if self.failure:
             raise self.failure[0]
@@ -1316,10 +1321,14 @@ class _ChunkSink:
         else:
             self.queue.put(table)
 
-    def _finished(self, cutoff: int) -> pa.Table:
-        """The rows of `batch` up to line `cutoff`, every column: those of `batch` with the
-        others of `pending` (which keeps the rows after `cutoff`)."""
-        done = self.con.sql(f"SELECT * FROM batch WHERE line <= {cutoff}").to_arrow_table()
+    def _finished(self, cutoff: int, finished: pa.Table | None = None) -> pa.Table:
+        """The rows of `batch` (or of what `finish` returned in its place, `finished`) up to
+        line `cutoff`, every column: those of `batch` with the others of `pending` (which
+        keeps the rows after `cutoff`)."""
+        if finished is None:
+            done = self.con.sql(f"SELECT * FROM batch WHERE line <= {cutoff}").to_arrow_table()
+        else:
+            done = finished.filter(db.numpy_arrow(db.arrow_numpy(finished["line"]) <= cutoff))
         if self.columns is None:
             return done
         wide = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
@@ -1357,6 +1366,21 @@ class _ChunkSink:
         if self.failure:
             raise self.failure[0]
         return self.events
+
+
+def _replace_rows(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
+    """Table `name` anew (its columns and types) with `rows` (its columns, in its order)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name} LIMIT 0")
+    _insert_arrow(con, name, rows)
+
+
+def _insert_arrow(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
+    """`rows` (the columns of table `name`, in its order) added to it."""
+    con.register("_insert", rows)
+    try:
+        con.execute(f"INSERT INTO {name} SELECT * FROM _insert")
+    finally:
+        con.unregister("_insert")
 
 
 def _batch_columns(fmt: Format) -> list[str] | None:

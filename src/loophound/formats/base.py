@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from ..db import sql_literal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,11 @@ class Format:
     # Optional step over the mapped batch (table `batch`), e.g. joining responses to requests.
     # It may read earlier events of the same file through the view `stored_events`; what it
     # learns of those (a request's outcome from its response) it adds to `late_outcomes`
-    # (event_id, ok, error, latency_ms), since written events are never rewritten.
-    finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], None] | None = None
+    # (event_id, ok, error, latency_ms), since written events are never rewritten. It may
+    # instead return the finished batch as an Arrow table (every column of `batch`, in its
+    # order), leaving `batch` as it found it: what it computed outside DuckDB need not be
+    # written into `batch` only to be read back out.
+    finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], pa.Table | None] | None = None
     # The columns `finish` reads or writes in `batch`, when it names them: a read then keeps
     # only those (and what ingest itself reads of a chunk) in DuckDB, and the rest of each
     # row in Arrow beside it, instead of copying every column of every chunk in and out

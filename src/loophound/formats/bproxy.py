@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..db import arrow_numpy, numpy_arrow
+from ..db import arrow_numpy, numpy_arrow, strings_arrow
 from .base import (
     Format,
     FormatContext,
@@ -84,47 +84,49 @@ def select_sql(ctx: FormatContext) -> str:
     """
 
 
-def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
+def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> pa.Table | None:
     """Give every line of a request the request's action, session and actor (and `answers`,
     its event id), and the request line its outcome, so `WHERE error = ...` finds requests
     without a join. A batch may hold several files (small ones are read together): a line
-    is joined only with lines of its own file (`event_id >> 32`)."""
+    is joined only with lines of its own file (`event_id >> 32`). Returns the batch so
+    finished when that was computed outside DuckDB (`Format.finish`), else None."""
     unplaced, unnamed = con.execute(f"""SELECT count(*) FILTER (kind IN {_ANSWERING}),
           count(*) FILTER (kind = 'request')
         FROM batch WHERE corr_id IS NULL AND kind IN ('request', 'response', 'lifecycle')
         """).fetchall()[0]
     if unplaced:  # lines without a request id
-        _correlate_idless(con)
-        return
+        return _correlate_idless(con)
     if unnamed:
         con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
                     "AND kind = 'request'")
-    _join_by_id(con)
+    return _join_by_id(con)
 
 
-def _join_by_id(con: duckdb.DuckDBPyConnection) -> None:
+def _join_by_id(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     """Join the lines of a request by its id (`corr_id`), in this batch and, for a request
-    received before it, among the stored ones."""
-    # requests answered in this batch but received before it (an earlier chunk or run): few,
-    # so only their ids are looked up in what is stored. A line joined already (`answers`:
-    # held back from the chunk before, whose request was written then) is not looked up
-    # again: its request's outcome was written with it, or recorded late then, and recording
-    # it again made every store whose chunks cut a request from its response carry late
-    # outcomes, which every query of `events` then paid a join for.
-    con.execute("""CREATE OR REPLACE TEMP TABLE _orphans AS
-        SELECT DISTINCT corr_id FROM (
-          SELECT event_id >> 32, corr_id FROM batch
-          WHERE kind IN ('response', 'lifecycle') AND corr_id IS NOT NULL AND answers IS NULL
-          EXCEPT SELECT event_id >> 32, corr_id FROM batch WHERE kind = 'request')""")
-    earlier = ""
-    if con.execute("SELECT count(*) FROM _orphans").fetchall()[0][0]:
-        _find_requests(con)
-        earlier = "UNION ALL SELECT event_id, corr_id, action, session, actor FROM _found"
+    received before it, among the stored ones: what the UPDATEs of `_update_by_id` write,
+    computed on the batch read once into Arrow, the ids as numbers (`_ById`), and returned
+    (an UPDATE of text columns, joined on 32-character ids, cost most of `finish`). Where a
+    line would meet several requests, or a request several responses, the join picks one as
+    DuckDB meets them: those UPDATEs run instead, and None is returned."""
+    by_id = _ById(con.sql("SELECT * FROM batch").to_arrow_table())
+    found = by_id.look_back(con)
+    finished = by_id.joined(found)
+    if finished is None:
+        _update_by_id(con, found is not None)
+    elif found is not None:
+        _late_outcomes(con)
+    return finished
+
+
+def _update_by_id(con: duckdb.DuckDBPyConnection, earlier: bool) -> None:
+    """The join by id in `batch` itself, with the stored requests `_found` when `earlier`."""
+    also = "UNION ALL SELECT event_id, corr_id, action, session, actor FROM _found" if earlier else ""
     con.execute(f"""
       UPDATE batch SET action = q.action, session = q.session, actor = coalesce(batch.actor, q.actor),
                        answers = q.event_id
       FROM (SELECT event_id, corr_id, action, session, actor FROM batch WHERE kind = 'request'
-            {earlier}) q
+            {also}) q
       WHERE batch.corr_id = q.corr_id AND batch.event_id >> 32 = q.event_id >> 32
         AND batch.kind IN ('response', 'lifecycle');
       UPDATE batch SET ok = q.ok, error = q.error, latency_ms = q.latency_ms
@@ -136,14 +138,142 @@ def _join_by_id(con: duckdb.DuckDBPyConnection) -> None:
         _late_outcomes(con)
 
 
-def _late_outcomes(con: duckdb.DuckDBPyConnection) -> None:
-    """Requests already written (`_found`) answered in this batch: their outcome goes beside
-    them (`late_outcomes`)."""
-    con.execute("""INSERT INTO late_outcomes
-        SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
-        FROM _found f JOIN batch r ON r.corr_id = f.corr_id AND r.kind = 'response'
-          AND r.event_id >> 32 = f.event_id >> 32
-        GROUP BY f.event_id""")
+class _ById:
+    """The rows of `batch` (`table`) keyed by file and request id (`key`: equal ids of one
+    file, equal numbers 0, 1, ... below `keys`; -1 without an id), from a dictionary of the
+    ids: no string is hashed twice, no sort, no collision."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self.request, self.response, lifecycle = (
+            _is(table["kind"], k) for k in ("request", "response", "lifecycle"))
+        self.answering = self.response | lifecycle
+        self.code, self.ids = _codes(table["corr_id"])
+        self.input = arrow_numpy(table["event_id"]) >> 32
+        self.files = np.unique(self.input)  # ascending
+        if len(self.files) < 2:  # one file: the id is the key
+            self.key, self.keys = self.code, len(self.ids)
+        else:  # several files read together: (file, id) numbered
+            self.key, self.keys = self.key_of(self.input, self.code), len(self.files) * len(self.ids)
+
+    def key_of(self, inputs: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """The key of each (file `inputs`, id `code`); -1 without an id or of another file."""
+        at = np.minimum(np.searchsorted(self.files, inputs), max(len(self.files) - 1, 0))
+        ours = (code >= 0) & (self.files[at] == inputs) if len(self.files) else code < -1
+        return np.where(ours, at * len(self.ids) + code, -1)
+
+    def look_back(self, con: duckdb.DuckDBPyConnection) -> pa.Table | None:
+        """The stored requests (`_found`) of the ids answered here but asked before this
+        batch (an earlier chunk or run): few, so only they are looked up. None when there
+        are none such. A line joined already (`answers`: held back from the chunk before,
+        whose request was written then) is not looked up again: its request's outcome was
+        written with it, or recorded late then, and recording it again made every store
+        whose chunks cut a request from its response carry late outcomes, which every query
+        of `events` then paid a join for."""
+        asked = np.zeros(self.keys, dtype=bool)
+        asked[self.key[self.request & (self.key >= 0)]] = True
+        joined = arrow_numpy(self.table["answers"].is_valid())
+        answered = np.flatnonzero(self.answering & (self.key >= 0) & ~joined)
+        orphans = answered[~asked[self.key[answered]]]
+        if not len(orphans):
+            return None
+        ids = self.ids.take(numpy_arrow(np.unique(self.code[orphans])))
+        con.register("_orphan_ids", pa.table({"corr_id": ids}))
+        try:
+            con.execute("CREATE OR REPLACE TEMP TABLE _orphans AS SELECT corr_id FROM _orphan_ids")
+        finally:
+            con.unregister("_orphan_ids")
+        _find_requests(con)
+        return con.sql("SELECT event_id, corr_id, action, session, actor FROM _found"
+                       ).to_arrow_table()
+
+    def joined(self, found: pa.Table | None) -> pa.Table | None:
+        """The batch with each answering line's request fields (from this batch's requests,
+        then the `found` ones) and each request's outcome from its response; None where a
+        line meets several requests or a request several responses."""
+        table, n = self.table, self.table.num_rows
+        # the requests: rows of the batch, then (n + i) the found ones
+        entries = np.where(self.request, self.key, -1)
+        if found is not None:
+            code = arrow_numpy(pc.index_in(found["corr_id"], value_set=self.ids), null=-1)
+            entries = np.concatenate([entries, self.key_of(
+                arrow_numpy(found["event_id"]) >> 32, code)])
+        request = _only_match(entries, self.key, self.answering, self.keys)
+        outcome = _only_match(np.where(self.response, self.key, -1), self.key, self.request,
+                              self.keys)
+        if request is None or outcome is None:
+            return None
+        row = np.arange(n)
+        answered = request >= 0
+        if answered.any():
+            def column(c: str) -> pa.ChunkedArray:  # the batch's, then the found ones'
+                chunks = table[c].chunks + ([] if found is None else
+                                            found[c].cast(table[c].type).chunks)
+                return pa.chunked_array(chunks, table[c].type)
+
+            for c in ("action", "session"):
+                table = _replace(table, c, column(c).take(
+                    numpy_arrow(np.where(answered, request, row))))
+            actorless = ~arrow_numpy(table["actor"].is_valid())
+            table = _replace(table, "actor", column("actor").take(
+                numpy_arrow(np.where(answered & actorless, request, row))))
+            event_id = arrow_numpy(column("event_id"))
+            before = table["answers"]
+            table = _replace(table, "answers", numpy_arrow(
+                np.where(answered, event_id[request], arrow_numpy(before, null=0)),
+                mask=~answered & ~arrow_numpy(before.is_valid())))
+        if (outcome >= 0).any():
+            pick = numpy_arrow(np.where(outcome >= 0, outcome, row))
+            for c in ("ok", "error", "latency_ms"):
+                table = _replace(table, c, table[c].take(pick))
+        return table
+
+
+def _is(column: pa.ChunkedArray, value: str) -> np.ndarray:
+    """Where the strings of `column` are `value` (a scalar made by `pa.scalar` imports pandas)."""
+    scalar = strings_arrow([value])[0].cast(column.type)
+    return arrow_numpy(pc.equal(column, scalar), null=False)
+
+
+def _only_match(entries: np.ndarray, key: np.ndarray, which: np.ndarray,
+                keys: int) -> np.ndarray | None:
+    """For each row that `which` says, the entry with its key (`entries`: each entry's key,
+    -1 for none; keys below `keys`), -1 for the other rows and where none has it; None
+    where several have it."""
+    out = np.full(len(key), -1, dtype=np.int64)
+    rows = np.flatnonzero(which & (key >= 0))
+    listed = np.flatnonzero(entries >= 0)
+    if not len(rows) or not len(listed):
+        return out
+    if (np.bincount(entries[listed], minlength=keys)[key[rows]] > 1).any():
+        return None
+    slot = np.full(keys, -1, dtype=np.int64)
+    slot[entries[listed]] = listed
+    out[rows] = slot[key[rows]]
+    return out
+
+
+def _replace(table: pa.Table, name: str, column) -> pa.Table:
+    """`table` with `column` in place of its column `name`, of the same type."""
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), column.cast(table.schema.field(i).type))
+
+
+def _late_outcomes(con: duckdb.DuckDBPyConnection, finished: pa.Table | None = None) -> None:
+    """Requests already written (`_found`) answered in this batch (`batch`, or its rows as
+    finished in Arrow, `finished`): their outcome goes beside them (`late_outcomes`)."""
+    if finished is not None:
+        con.register("_finished", finished)
+    try:
+        con.execute(f"""INSERT INTO late_outcomes
+            SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
+            FROM _found f JOIN {'batch' if finished is None else '_finished'} r
+              ON r.corr_id = f.corr_id AND r.kind = 'response'
+              AND r.event_id >> 32 = f.event_id >> 32
+            GROUP BY f.event_id""")
+    finally:
+        if finished is not None:
+            con.unregister("_finished")
 
 
 def _find_requests(con: duckdb.DuckDBPyConnection) -> None:
@@ -168,18 +298,16 @@ TOLERANCE_MS = 1000
 LOOKBACK_MS = 600_000  # how far before a batch a stored request is looked for
 _ANSWERING = "('response', 'lifecycle')"
 _NO_TIME = -(1 << 62)
-# What placing reads of the batch: its requests and answering lines, and of a `corr_id` the
-# line it names ('L' + a line, what placing writes; NULL for any other id).
+# What placing reads of the batch: every row (it returns the batch finished), and of a
+# `corr_id` the line it names ('L' + a line, what placing writes; NULL for any other id) and
+# of `ts` the ms (the rows placing reads are `_lines_of` these).
 _NAMED = ("CASE WHEN corr_id[1] = 'L' AND 'L' || TRY_CAST(corr_id[2:] AS BIGINT) = corr_id "
           "THEN TRY_CAST(corr_id[2:] AS BIGINT) END")
-_LINES = f"""SELECT event_id, line, kind = 'request' AS request, kind = 'response' AS response,
-      corr_id IS NULL AS unplaced, CASE WHEN corr_id IS NOT NULL THEN {_NAMED} END AS named,
-      answers, coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, latency_ms,
-      actor, session, parent_id, action, ok, error
-    FROM batch WHERE kind IN ('request', 'response', 'lifecycle')"""
+_READ = f"""SELECT *, CASE WHEN corr_id IS NOT NULL THEN {_NAMED} END AS _named,
+      coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS _t FROM batch"""
 
 
-def _correlate_idless(con: duckdb.DuckDBPyConnection) -> None:
+def _correlate_idless(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     """Join each line without a request id to its request (`corr_id` 'L' + the request's
     line) by what the lines carry, with sorts and binary searches (O(n log n)), never a
     look-up per line: the nearest request at or before t − e + SLACK_MS (for a line without
@@ -190,12 +318,16 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection) -> None:
     only clue), and without that the last request stored. Requests answered in an earlier
     batch are looked for among the stored ones, within LOOKBACK_MS before this batch.
 
-    The batch is read once (`_LINES`), and each answering line's request fields and each
-    request's outcome are written from the match (`_Placed`), not by a join on `corr_id`
-    strings. Where that would not give what the join gives (`_join_by_id`, which a log with
-    ids on some lines needs, and which picks one of several responses of a request as DuckDB
-    meets them), only `corr_id` is written and that join follows."""
-    lines = _Lines(con.sql(_LINES).to_arrow_table())
+    The batch is read once (`_READ`), and each answering line's request fields and each
+    request's outcome are set from the match (`_Placed`), not by a join on `corr_id`
+    strings, in the batch read into Arrow, which is returned (`Format.finish`). Where that
+    would not give what the join gives (`_join_by_id`, which a log with ids on some lines
+    needs, and which picks one of several responses of a request as DuckDB meets them),
+    only `corr_id` is written in `batch` and that join follows (what it returns, this
+    returns)."""
+    read = con.sql(_READ).to_arrow_table()
+    batch = read.drop_columns(["_named", "_t"])
+    lines = _Lines(_lines_of(read))
     probe = np.flatnonzero(~lines.request & lines.unplaced)
     at, timed = lines.at[probe], lines.timed[probe]
     # requests a line without an id may answer: those without an id, or placed ('L' + line)
@@ -219,13 +351,28 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection) -> None:
     named_by_id = ~lines.request & ~lines.unplaced & (lines.named < 0)  # an id of the log's
     if named_by_id.any() or not placeable[lines.request].all() or not placed.exact(con):
         placed.write_corr_ids(con)
-        _join_by_id(con)
-    else:
-        placed.write(con)
+        return _join_by_id(con)
+    return placed.finished(con, batch)
+
+
+def _lines_of(read: pa.Table) -> pa.Table:
+    """The rows placing reads of the batch (`read`, `_READ`): requests and the lines that may
+    answer one, with what it compares of them."""
+    kind = read["kind"]
+    request, response = _is(kind, "request"), _is(kind, "response")
+    placing = np.flatnonzero(request | response | _is(kind, "lifecycle"))
+    rows = numpy_arrow(placing)
+    return pa.table({
+        "event_id": read["event_id"].take(rows), "line": read["line"].take(rows),
+        "request": numpy_arrow(request[placing]), "response": numpy_arrow(response[placing]),
+        "unplaced": read["corr_id"].is_null().take(rows), "named": read["_named"].take(rows),
+        **{c: read[c].take(rows) for c in ("answers", "latency_ms", "actor", "session",
+                                            "parent_id", "action", "ok", "error")},
+        "t": read["_t"].take(rows)})
 
 
 class _Lines:
-    """The rows of `_LINES`, with the columns placing compares as numpy arrays."""
+    """The rows placing reads (`_lines_of`), the columns it compares as numpy arrays."""
 
     def __init__(self, table: pa.Table):
         self.table = table
@@ -534,52 +681,45 @@ class _Placed:
                           "FROM _answer a WHERE batch.event_id = a.event_id",
                      self._answers(np.arange(self.probes)))
 
-    def write(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Each answering line's `corr_id` and its request's fields; each request's own
-        `corr_id` and its response's outcome; the outcomes of stored requests answered
-        here (`late_outcomes`)."""
+    def finished(self, con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
+        """The batch (`table`, every column of `batch`) with each answering line's `corr_id`
+        and its request's fields, and each request's own `corr_id` and its response's
+        outcome, as the UPDATEs of `batch` by event id wrote them (UPDATEs of text columns
+        cost most of placing); the outcomes of stored requests answered here go to
+        `late_outcomes`."""
         written = np.flatnonzero(self.written)
-        answer = self._answers(written)
-        row = self.row[written]
-        joined = row >= 0
-        taken = self.fields.take(numpy_arrow(row, mask=~joined))
-        if not joined.all():
-            answer = answer.append_column("joined", numpy_arrow(joined))
-        for c in ("event_id", "action", "session", "actor"):
-            answer = answer.append_column("answers" if c == "event_id" else c, taken[c])
-        lines = self.lines
-        # the requests to write: without a corr_id yet, or answered here (by one response)
+        lines, row = self.lines, self.row[written]
         answering = self.answering[written]
+        joined = row >= 0
+        # the requests: without a corr_id yet, or answered here (by one response)
         response = lines.response[answering] & joined & (row < lines.table.num_rows)
         answered_by = np.full(lines.table.num_rows, -1, dtype=np.int64)
         answered_by[row[response]] = answering[response]
         rows = np.flatnonzero((lines.request & lines.unplaced) | (answered_by >= 0))
         by = answered_by[rows]
-        outcome = lines.table.select(["ok", "error", "latency_ms"]).take(
-            numpy_arrow(by, mask=by < 0)).append_column("event_id",
-                                                        numpy_arrow(lines.event_id[rows]))
-        if (by < 0).any():
-            outcome = outcome.append_column("answered", numpy_arrow(by >= 0))
-        self._update(con, f"""
-          UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL,
-            answers = {_pick(answer, 'a', 'joined', 'answers')},
-            action = {_pick(answer, 'a', 'joined', 'action')},
-            session = {_pick(answer, 'a', 'joined', 'session')},
-            actor = coalesce(batch.actor, a.actor)
-          FROM _answer a WHERE batch.event_id = a.event_id;
-          UPDATE batch SET corr_id = 'L' || batch.line,
-            ok = {_pick(outcome, 'o', 'answered', 'ok')},
-            error = {_pick(outcome, 'o', 'answered', 'error')},
-            latency_ms = {_pick(outcome, 'o', 'answered', 'latency_ms')}
-          FROM _outcome o WHERE batch.event_id = o.event_id;""", answer, outcome)
+        at = _positions(table, lines.event_id[np.concatenate([answering, rows])])
+        asked, at = at[len(answering):], at[:len(answering)]
+        table = _set(table, "corr_id", np.concatenate([at, asked]), _line_names(
+            np.concatenate([self.corr_line[written], lines.line[rows]])))
+        table = _set(table, "parent_id", at, pa.nulls(len(at)))
+        taken = self.fields.take(numpy_arrow(row[joined]))
+        for c, to in (("event_id", "answers"), ("action", "action"), ("session", "session")):
+            table = _set(table, to, at[joined], taken[c])
+        actorless = ~arrow_numpy(table["actor"].is_valid())[at[joined]]
+        table = _set(table, "actor", at[joined][actorless],
+                     taken["actor"].take(numpy_arrow(np.flatnonzero(actorless))))
+        outcome = lines.table.select(["ok", "error", "latency_ms"]).take(numpy_arrow(by[by >= 0]))
+        for c in ("ok", "error", "latency_ms"):
+            table = _set(table, c, asked[by >= 0], outcome[c])
         if self.found_stored:
-            _late_outcomes(con)
+            _late_outcomes(con, table)
         elif self.late is not None and self.late.num_rows:
             con.register("_late", self.late)
             try:
                 con.execute("INSERT INTO late_outcomes SELECT * FROM _late")
             finally:
                 con.unregister("_late")
+        return table
 
     def _answers(self, which: np.ndarray) -> pa.Table:
         corr_line = self.corr_line[which]
@@ -600,11 +740,36 @@ class _Placed:
                 con.unregister("_outcome")
 
 
-def _pick(table: pa.Table, alias: str, flag: str, column: str) -> str:
-    """The new value of `column` from `table` where its `flag` says so, else the old one."""
-    if flag not in table.column_names:
-        return f"{alias}.{column}"
-    return f"CASE WHEN {alias}.{flag} THEN {alias}.{column} ELSE batch.{column} END"
+def _positions(table: pa.Table, event_id: np.ndarray) -> np.ndarray:
+    """The rows of `table` of the events `event_id` (each there once)."""
+    ids = arrow_numpy(table["event_id"])
+    order = None if len(ids) < 2 or (np.diff(ids) > 0).all() else np.argsort(ids, kind="stable")
+    ordered = ids if order is None else ids[order]
+    at = np.minimum(np.searchsorted(ordered, event_id), max(len(ids) - 1, 0))
+    if len(event_id) and not (ordered[at] == event_id).all():
+        raise RuntimeError("an event placed is not in the batch")
+    return at if order is None else order[at]
+
+
+def _set(table: pa.Table, name: str, at: np.ndarray, values: pa.Array | pa.ChunkedArray
+         ) -> pa.Table:
+    """`table` with its column `name` at rows `at` set to `values` (one take, not a
+    comparison per row)."""
+    if not len(at):
+        return table
+    column = table[name]
+    pick = np.arange(table.num_rows)
+    pick[at] = table.num_rows + np.arange(len(at))
+    new = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    merged = pa.chunked_array(column.chunks + [v.cast(column.type) for v in new], column.type)
+    return _replace(table, name, merged.take(numpy_arrow(pick)))
+
+
+def _line_names(line: np.ndarray) -> pa.Array:
+    """'L' + each line (the `corr_id` placing gives), NULL where it is negative."""
+    digits = numpy_arrow(line, mask=line < 0).cast(pa.string())
+    prefix, none = (strings_arrow([v])[0].cast(pa.string()) for v in ("L", ""))
+    return pc.binary_join_element_wise(prefix, digits, none)
 
 
 def _request_rows(lines: _Lines, inputs: np.ndarray, line: np.ndarray) -> np.ndarray:
