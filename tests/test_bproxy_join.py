@@ -48,14 +48,19 @@ def _row(event_id: int, kind: str, corr_id: str | None, **fields) -> dict:
             "corr_id": corr_id, **fields}
 
 
-def _by_join(rows: list[dict], stored: list[dict]) -> tuple[list[tuple] | None, list[tuple]]:
-    """What `_join_by_id` returns (None: it ran the UPDATEs), as rows in event order, and
-    the late outcomes it added."""
+def _by_join(rows: list[dict], stored: list[dict]) -> tuple[list[tuple], list[tuple], bool]:
+    """What `_join_by_id` returns for the rows of `batch` in Arrow, as rows in event order,
+    the late outcomes it added, and whether it ran the UPDATEs to get them (in `batch`
+    made of the rows, `_load`)."""
     con = _con(rows, stored)
-    table = bproxy._join_by_id(con)
-    got = None if table is None else sorted(
-        tuple(r.values()) for r in table.select(NARROW).to_pylist())
-    return got, sorted(con.execute("SELECT * FROM late_outcomes").fetchall())
+    loaded, load = [], bproxy._load
+    bproxy._load = lambda con, rows: (loaded.append(rows), load(con, rows))[-1]
+    try:
+        table = bproxy._join_by_id(con, con.sql("SELECT * FROM batch").to_arrow_table())
+    finally:
+        bproxy._load = load
+    return (sorted(tuple(r.values()) for r in table.select(NARROW).to_pylist()),
+            sorted(con.execute("SELECT * FROM late_outcomes").fetchall()), bool(loaded))
 
 
 def _by_update(rows: list[dict], stored: list[dict]) -> tuple[list[tuple], list[tuple]]:
@@ -96,8 +101,8 @@ def test_each_line_takes_its_own_files_request_and_each_request_its_response():
     ]
     stored = [_row(F1 + 0, "request", "b", actor="1:z", session="s0", action="navigate"),
               _row(F2 + 0, "request", "b", actor="2:z", session="t0", action="type")]
-    got, late = _by_join(rows, stored)
-    assert got is not None  # joined in Arrow, not by the UPDATEs
+    got, late, updated = _by_join(rows, stored)
+    assert not updated  # joined in Arrow, not by the UPDATEs
     by_id = _as_dicts(got)
     assert {e: (r["action"], r["session"], r["actor"], r["answers"]) for e, r in by_id.items()
             if r["kind"] != "request"} == {
@@ -127,14 +132,16 @@ def test_where_the_update_picks_one_of_several_it_is_the_update_that_runs(case):
         rows.append(_row(F1 + 3, "response", "b", ok=False))
         stored = [_row(F1 + 0, "request", "b", action="navigate"),
                   _row(F1 + 9, "request", "b", action="type")]
-    got, late = _by_join(rows, stored)
-    assert got is None
-    con = _con(rows, stored)
-    assert bproxy._join_by_id(con) is None
-    updated = _as_dicts(con.execute(f"SELECT {', '.join(NARROW)} FROM batch").fetchall())
-    assert updated[F1 + 2]["answers"] in (F1 + 1, F1 + 3)  # the UPDATE's work, in `batch`
+    got, late, updated = _by_join(rows, stored)
+    assert updated
+    by_id = _as_dicts(got)
+    assert by_id[F1 + 2]["answers"] in (F1 + 1, F1 + 3)  # the UPDATE's pick
     if case == "answered twice":
-        assert (updated[F1 + 1]["ok"], updated[F1 + 1]["latency_ms"]) in ((True, 1.0), (False, 2.0))
+        assert (by_id[F1 + 1]["ok"], by_id[F1 + 1]["latency_ms"]) in ((True, 1.0), (False, 2.0))
+    if case == "stored twice":
+        assert (by_id[F1 + 3]["answers"], by_id[F1 + 3]["action"]) in (
+            (F1 + 0, "navigate"), (F1 + 9, "type"))
+        assert late == [(F1 + 0, False, None, None), (F1 + 9, False, None, None)]  # both found
 
 
 def _random_rows(rng: random.Random, files: list[int], pool: list[str], n: int, start: int,
@@ -182,9 +189,9 @@ def test_random_batches_are_joined_as_the_updates_join_them():
         stored = _random_rows(rng, files, pool, 60, 1000, ["request"])
         batch = _random_rows(rng, files, pool, rng.choice([20, 200]), 2000,
                              ["request", "response", "lifecycle", "connection"])
-        got, late = _by_join(batch, stored)
-        assert (got is None) == _several_match(batch, stored), seed
-        if got is not None:
+        got, late, updated = _by_join(batch, stored)
+        assert updated == _several_match(batch, stored), seed
+        if not updated:
             used += 1
             assert (got, late) == _by_update(batch, stored), seed
     assert 6 <= used <= 20  # both ways taken
@@ -214,6 +221,39 @@ def test_small_files_read_together_join_only_within_each_file(tmp_path):
         (str(logs / "a.log"), "response", "scroll", "a.log", True, str(logs / "a.log")),
         (str(logs / "b.log"), "request", "click", "b.log", False, None),
         (str(logs / "b.log"), "response", "click", "b.log", False, str(logs / "b.log"))]
+
+
+def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path, monkeypatch):
+    """Files read together in one batch, where the join runs as UPDATEs in `batch` (lines
+    with ids and lines without in one batch; a request answered twice): they are mapped
+    together (their input ids are the first two, not ids taken by reading them again
+    alone), and give the events each gives read alone."""
+    from loophound import ingest as ingest_module
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_text(  # ids, and a request answered twice
+        _pino(0, event="received", id="r1", action="scroll", session="s", ownerHash="o")
+        + _pino(5, event="response", id="r1", ok=True, elapsed_ms=5)
+        + _pino(9, event="response", id="r1", ok=False, error_code="E", elapsed_ms=9))
+    (logs / "b.log").write_text(  # no ids
+        _pino(0, event="received", action="click", session="t", ownerHash="p")
+        + _pino(7, event="response", ok=False, error_code="X", elapsed_ms=7, ownerHash="p"))
+
+    def read(root: Path) -> list[tuple]:
+        store = Store(root)
+        ingest([str(logs)], store)
+        return store.connect().execute("SELECT * FROM events ORDER BY event_id").fetchall()
+
+    together = read(tmp_path / "together")
+    assert {r[0] >> 32 for r in together} == {1, 2}
+    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
+    assert read(tmp_path / "alone") == together
+    by_line = {(r[0] >> 32, r[3]): r for r in together}
+    columns = [c.name for c in COLUMNS]
+    answers, ok = columns.index("answers"), columns.index("ok")
+    assert by_line[(1, 2)][answers] == by_line[(1, 3)][answers] == by_line[(1, 1)][0]
+    assert by_line[(2, 2)][answers] == by_line[(2, 1)][0] and by_line[(2, 1)][ok] is False
 
 
 @pytest.mark.parametrize("name", ["reqId", "no_id"])
@@ -252,3 +292,26 @@ def test_chunks_and_runs_joined_in_arrow_give_what_the_updates_give(tmp_path, mo
     monkeypatch.setattr(bproxy._Placed, "exact", lambda self, con: False)  # placed: joined by id
     by_update = read(tmp_path / "update")
     assert len(in_arrow[0]) > 1000 and in_arrow == by_update
+
+
+def test_the_line_a_corr_id_names_and_the_ms_of_a_time_are_duckdbs():
+    """Placing reads, of each line's `corr_id`, the line it names ('L' + a line, as placing
+    writes it) and, of its time, the whole ms: computed in Python and numpy as DuckDB's SQL
+    gives them, odd ids and times before 1970 included."""
+    ids = ["L12", "L012", "L-5", "L-0", "L+5", "L 5", "L5 ", "L", "L0", "l12", "x", None, "L1_000",
+           "L9223372036854775807", "L9223372036854775808", "L-9223372036854775808", "L١٢",
+           "LL1", "L1.0", "L1e3"]
+    con = duckdb.connect()
+    con.register("_ids", pa.table({"corr_id": pa.array(ids, pa.string())}))
+    sql = con.execute("""SELECT CASE WHEN corr_id[1] = 'L' AND 'L' || TRY_CAST(corr_id[2:] AS
+        BIGINT) = corr_id THEN TRY_CAST(corr_id[2:] AS BIGINT) END FROM _ids""").fetchall()
+    assert bproxy._named(pa.chunked_array([pa.array(ids, pa.string())])).to_pylist() == [
+        r[0] for r in sql]
+    assert [r[0] for r in sql][:4] == [12, None, -5, None]
+    times = con.execute(f"""SELECT ts, coalesce(CAST(epoch_ms(ts) AS BIGINT), {bproxy._NO_TIME})
+        FROM (SELECT make_timestamp(us) AS ts FROM (VALUES (1400), (1500), (2500), (-1500),
+              (-1400), (-500), (499), (-499), (999999), (1781826020544000), (NULL)) t(us))"""
+                        ).fetchall()
+    ts = pa.chunked_array([pa.array([t for t, _ in times], pa.timestamp("us"))])
+    assert bproxy._epoch_ms(ts).tolist() == [ms for _, ms in times] == [
+        1, 2, 3, -2, -1, -1, 0, 0, 1000, 1781826020544, bproxy._NO_TIME]

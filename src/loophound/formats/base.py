@@ -90,6 +90,12 @@ class Format:
     # order), leaving `batch` as it found it: what it computed outside DuckDB need not be
     # written into `batch` only to be read back out.
     finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], pa.Table | None] | None = None
+    # The same step on the batch's rows in Arrow (every column `batch` would hold, in its
+    # order), returning them finished: a read of a large file then keeps its chunks in
+    # Arrow, never copied into DuckDB and out again for `finish` (`batch` is not made; the
+    # step may make it of the rows where it needs SQL on them).
+    finish_rows: Callable[[duckdb.DuckDBPyConnection, FormatContext, pa.Table], pa.Table] \
+        | None = None
     # The columns `finish` reads or writes in `batch`, when it names them: a read then keeps
     # only those (and what ingest itself reads of a chunk) in DuckDB, and the rest of each
     # row in Arrow beside it, instead of copying every column of every chunk in and out

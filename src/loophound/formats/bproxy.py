@@ -84,39 +84,58 @@ def select_sql(ctx: FormatContext) -> str:
     """
 
 
-def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> pa.Table | None:
+def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> pa.Table:
+    """`finish_rows` on the rows of `batch` (`Format.finish`): returns them finished."""
+    return finish_rows(con, ctx, con.sql("SELECT * FROM batch").to_arrow_table())
+
+
+def finish_rows(con: duckdb.DuckDBPyConnection, ctx: FormatContext, rows: pa.Table) -> pa.Table:
     """Give every line of a request the request's action, session and actor (and `answers`,
     its event id), and the request line its outcome, so `WHERE error = ...` finds requests
     without a join. A batch may hold several files (small ones are read together): a line
-    is joined only with lines of its own file (`event_id >> 32`). Returns the batch so
-    finished when that was computed outside DuckDB (`Format.finish`), else None."""
-    unplaced, unnamed = con.execute(f"""SELECT count(*) FILTER (kind IN {_ANSWERING}),
-          count(*) FILTER (kind = 'request')
-        FROM batch WHERE corr_id IS NULL AND kind IN ('request', 'response', 'lifecycle')
-        """).fetchall()[0]
-    if unplaced:  # lines without a request id
-        return _correlate_idless(con)
-    if unnamed:
-        con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
-                    "AND kind = 'request'")
-    return _join_by_id(con)
+    is joined only with lines of its own file (`event_id >> 32`). Works on the batch's rows
+    in Arrow (`Format.finish_rows`) and returns them finished; `batch` in DuckDB is made of
+    them only where an UPDATE picks among several matches."""
+    kind, idless = rows["kind"], ~arrow_numpy(rows["corr_id"].is_valid())
+    if ((_is(kind, "response") | _is(kind, "lifecycle")) & idless).any():
+        return _correlate_idless(con, rows)  # lines without a request id
+    unnamed = np.flatnonzero(_is(kind, "request") & idless)
+    if len(unnamed):  # a request without an id: named by its line ('L' + line)
+        rows = _set(rows, "corr_id", unnamed,
+                    _line_names(arrow_numpy(rows["line"])[unnamed]))
+    return _join_by_id(con, rows)
 
 
-def _join_by_id(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
-    """Join the lines of a request by its id (`corr_id`), in this batch and, for a request
-    received before it, among the stored ones: what the UPDATEs of `_update_by_id` write,
-    computed on the batch read once into Arrow, the ids as numbers (`_ById`), and returned
-    (an UPDATE of text columns, joined on 32-character ids, cost most of `finish`). Where a
-    line would meet several requests, or a request several responses, the join picks one as
-    DuckDB meets them: those UPDATEs run instead, and None is returned."""
-    by_id = _ById(con.sql("SELECT * FROM batch").to_arrow_table())
+def _join_by_id(con: duckdb.DuckDBPyConnection, rows: pa.Table | None = None) -> pa.Table:
+    """Join the lines of a request by its id (`corr_id`), in this batch (`rows`, or `batch`
+    when None) and, for a request received before it, among the stored ones: what the
+    UPDATEs of `_update_by_id` write, computed in Arrow, the ids as numbers (`_ById`), and
+    returned (an UPDATE of text columns, joined on 32-character ids, cost most of
+    `finish`). Where a line would meet several requests, or a request several responses,
+    the join picks one as DuckDB meets them: those UPDATEs run instead, in `batch`."""
+    in_batch = rows is None
+    if rows is None:
+        rows = con.sql("SELECT * FROM batch").to_arrow_table()
+    by_id = _ById(rows)
     found = by_id.look_back(con)
     finished = by_id.joined(found)
-    if finished is None:
-        _update_by_id(con, found is not None)
-    elif found is not None:
-        _late_outcomes(con)
-    return finished
+    if finished is not None:
+        if found is not None:
+            _late_outcomes(con, rows)  # the responses' outcomes, as they are in `rows`
+        return finished
+    if not in_batch:
+        _load(con, rows)
+    _update_by_id(con, found is not None)
+    return con.sql("SELECT * FROM batch").to_arrow_table()
+
+
+def _load(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> None:
+    """`batch` made of `rows`, for statements that update it."""
+    con.register("_batch_rows", rows)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM _batch_rows")
+    finally:
+        con.unregister("_batch_rows")
 
 
 def _update_by_id(con: duckdb.DuckDBPyConnection, earlier: bool) -> None:
@@ -259,21 +278,21 @@ def _replace(table: pa.Table, name: str, column) -> pa.Table:
     return table.set_column(i, table.schema.field(i), column.cast(table.schema.field(i).type))
 
 
-def _late_outcomes(con: duckdb.DuckDBPyConnection, finished: pa.Table | None = None) -> None:
-    """Requests already written (`_found`) answered in this batch (`batch`, or its rows as
-    finished in Arrow, `finished`): their outcome goes beside them (`late_outcomes`)."""
-    if finished is not None:
-        con.register("_finished", finished)
+def _late_outcomes(con: duckdb.DuckDBPyConnection, rows: pa.Table | None = None) -> None:
+    """Requests already written (`_found`) answered in this batch (`batch`, or its rows
+    `rows`): their outcome goes beside them (`late_outcomes`)."""
+    if rows is not None:
+        con.register("_answering", rows)
     try:
         con.execute(f"""INSERT INTO late_outcomes
             SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
-            FROM _found f JOIN {'batch' if finished is None else '_finished'} r
+            FROM _found f JOIN {'batch' if rows is None else '_answering'} r
               ON r.corr_id = f.corr_id AND r.kind = 'response'
               AND r.event_id >> 32 = f.event_id >> 32
             GROUP BY f.event_id""")
     finally:
-        if finished is not None:
-            con.unregister("_finished")
+        if rows is not None:
+            con.unregister("_answering")
 
 
 def _find_requests(con: duckdb.DuckDBPyConnection) -> None:
@@ -296,18 +315,10 @@ def _find_requests(con: duckdb.DuckDBPyConnection) -> None:
 SLACK_MS = 1
 TOLERANCE_MS = 1000
 LOOKBACK_MS = 600_000  # how far before a batch a stored request is looked for
-_ANSWERING = "('response', 'lifecycle')"
 _NO_TIME = -(1 << 62)
-# What placing reads of the batch: every row (it returns the batch finished), and of a
-# `corr_id` the line it names ('L' + a line, what placing writes; NULL for any other id) and
-# of `ts` the ms (the rows placing reads are `_lines_of` these).
-_NAMED = ("CASE WHEN corr_id[1] = 'L' AND 'L' || TRY_CAST(corr_id[2:] AS BIGINT) = corr_id "
-          "THEN TRY_CAST(corr_id[2:] AS BIGINT) END")
-_READ = f"""SELECT *, CASE WHEN corr_id IS NOT NULL THEN {_NAMED} END AS _named,
-      coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS _t FROM batch"""
 
 
-def _correlate_idless(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
+def _correlate_idless(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Table:
     """Join each line without a request id to its request (`corr_id` 'L' + the request's
     line) by what the lines carry, with sorts and binary searches (O(n log n)), never a
     look-up per line: the nearest request at or before t − e + SLACK_MS (for a line without
@@ -318,16 +329,14 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     only clue), and without that the last request stored. Requests answered in an earlier
     batch are looked for among the stored ones, within LOOKBACK_MS before this batch.
 
-    The batch is read once (`_READ`), and each answering line's request fields and each
-    request's outcome are set from the match (`_Placed`), not by a join on `corr_id`
-    strings, in the batch read into Arrow, which is returned (`Format.finish`). Where that
-    would not give what the join gives (`_join_by_id`, which a log with ids on some lines
-    needs, and which picks one of several responses of a request as DuckDB meets them),
-    only `corr_id` is written in `batch` and that join follows (what it returns, this
-    returns)."""
-    read = con.sql(_READ).to_arrow_table()
-    batch = read.drop_columns(["_named", "_t"])
-    lines = _Lines(_lines_of(read))
+    Each answering line's request fields and each request's outcome are set from the match
+    (`_Placed`) in the batch's rows (`rows`, Arrow), not by a join on `corr_id` strings,
+    and returned. Where that would not give what the join gives (`_join_by_id`, which a
+    log with ids on some lines needs, and which picks one of several responses of a request
+    as DuckDB meets them), only `corr_id` is written, in `batch` made of the rows, and that
+    join follows (what it returns, this returns)."""
+    t = _epoch_ms(rows["ts"])
+    lines = _Lines(_lines_of(rows, t))
     probe = np.flatnonzero(~lines.request & lines.unplaced)
     at, timed = lines.at[probe], lines.timed[probe]
     # requests a line without an id may answer: those without an id, or placed ('L' + line)
@@ -337,7 +346,7 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     stored = None
     if len(times) and (not len(clocked) or times.min() - TOLERANCE_MS < clocked.min()):
         # an answer whose request may be in an earlier batch (a 30 s timeout)
-        first = con.execute("SELECT min(epoch_ms(ts)) FROM batch").fetchall()[0][0]
+        first = int(t[t != _NO_TIME].min())
         since = max(int(times.min()) - TOLERANCE_MS, first - LOOKBACK_MS)
         stored = con.sql(f"""SELECT event_id, line,
               coalesce(CAST(epoch_ms(ts) AS BIGINT), {_NO_TIME}) AS t, actor, session,
@@ -350,25 +359,53 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
     placed = _Placed(con, lines, probe, requests, found)
     named_by_id = ~lines.request & ~lines.unplaced & (lines.named < 0)  # an id of the log's
     if named_by_id.any() or not placeable[lines.request].all() or not placed.exact(con):
+        _load(con, rows)
         placed.write_corr_ids(con)
         return _join_by_id(con)
-    return placed.finished(con, batch)
+    return placed.finished(con, rows)
 
 
-def _lines_of(read: pa.Table) -> pa.Table:
-    """The rows placing reads of the batch (`read`, `_READ`): requests and the lines that may
-    answer one, with what it compares of them."""
-    kind = read["kind"]
+def _epoch_ms(ts: pa.ChunkedArray) -> np.ndarray:
+    """`epoch_ms(ts)`: whole ms, rounded half away from zero as DuckDB rounds them (a time
+    of the log is whole ms already); _NO_TIME where NULL."""
+    us = arrow_numpy(ts.cast(pa.timestamp("us")).cast(pa.int64()), null=0)
+    return np.where(arrow_numpy(ts.is_valid()), np.sign(us) * ((np.abs(us) + 500) // 1000),
+                    _NO_TIME)
+
+
+def _named(corr_id: pa.ChunkedArray) -> pa.Array:
+    """The line a `corr_id` names ('L' + a line, what placing writes), NULL for any other
+    id: what DuckDB gives for `CASE WHEN corr_id[1] = 'L' AND 'L' || TRY_CAST(corr_id[2:] AS
+    BIGINT) = corr_id THEN TRY_CAST(corr_id[2:] AS BIGINT) END` (the digits after the 'L'
+    are a BIGINT written as DuckDB writes it, so as Python does)."""
+    line = np.full(len(corr_id), -1, dtype=np.int64)
+    named = np.zeros(len(corr_id), dtype=bool)
+    maybe = np.flatnonzero(arrow_numpy(pc.starts_with(corr_id, pattern="L"), null=False))
+    for i, text in zip(maybe.tolist(), corr_id.take(numpy_arrow(maybe)).to_pylist(), strict=True):
+        digits = text[1:]
+        try:
+            value = int(digits)
+        except ValueError:
+            continue
+        if str(value) == digits and -(1 << 63) <= value < 1 << 63:
+            line[i], named[i] = value, True
+    return numpy_arrow(line, mask=~named)
+
+
+def _lines_of(rows: pa.Table, t: np.ndarray) -> pa.Table:
+    """The rows placing reads of the batch (`rows`, their times `t` in ms): requests and the
+    lines that may answer one, with what it compares of them."""
+    kind = rows["kind"]
     request, response = _is(kind, "request"), _is(kind, "response")
     placing = np.flatnonzero(request | response | _is(kind, "lifecycle"))
-    rows = numpy_arrow(placing)
+    taken = rows.take(numpy_arrow(placing))
     return pa.table({
-        "event_id": read["event_id"].take(rows), "line": read["line"].take(rows),
+        "event_id": taken["event_id"], "line": taken["line"],
         "request": numpy_arrow(request[placing]), "response": numpy_arrow(response[placing]),
-        "unplaced": read["corr_id"].is_null().take(rows), "named": read["_named"].take(rows),
-        **{c: read[c].take(rows) for c in ("answers", "latency_ms", "actor", "session",
-                                            "parent_id", "action", "ok", "error")},
-        "t": read["_t"].take(rows)})
+        "unplaced": taken["corr_id"].is_null(), "named": _named(taken["corr_id"]),
+        **{c: taken[c] for c in ("answers", "latency_ms", "actor", "session", "parent_id",
+                                 "action", "ok", "error")},
+        "t": numpy_arrow(t[placing])})
 
 
 class _Lines:
@@ -806,6 +843,7 @@ FORMAT = Format(
     mapped_keys=frozenset(FIELDS),
     known_keys=frozenset(KNOWN),
     finish=finish,
+    finish_rows=finish_rows,
     finish_columns=frozenset({
         "event_id", "line", "ts", "kind", "corr_id", "parent_id", "actor", "session",
         "action", "answers", "ok", "error", "latency_ms"}),
