@@ -1041,11 +1041,13 @@ class _Group:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE batch AS
             SELECT b.* REPLACE (b.line & {(1 << LINE_BITS) - 1} AS line, g.file AS file)
             FROM batch b JOIN _group_files g ON g.input_id = b.event_id >> {LINE_BITS}""")
-        finished = fmt.finish(con, ctx) if fmt.finish else None
-        if finished is None:
-            con.execute("INSERT INTO _rows SELECT * FROM batch")
+        if fmt.finish_rows:
+            _insert_arrow(con, "_rows", fmt.finish_rows(
+                con, ctx, con.sql("SELECT * FROM batch").to_arrow_table()))
         else:
-            _insert_arrow(con, "_rows", finished)
+            if fmt.finish:
+                fmt.finish(con, ctx)
+            con.execute("INSERT INTO _rows SELECT * FROM batch")
         for r in rejected:  # the mapping stood: what it found is each file's
             by_id[r.line >> LINE_BITS].rejected.append(r)
             r.line &= (1 << LINE_BITS) - 1
@@ -1316,15 +1318,12 @@ class _ChunkSink:
         cutoff = hi if final else hi - HOLD_LINES
         if cutoff < lo:  # nothing to write yet: finished with the next chunk
             return
-        finished = self.fmt.finish(con, self.ctx) if self.fmt.finish else None
-        table = self._finished(int(cutoff), finished)
+        if self.fmt.finish:
+            self.fmt.finish(con, self.ctx)
+        table = self._finished(int(cutoff))
         # a new table, not DELETE: deleted rows would still be scanned by every later chunk
-        if finished is None:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
-                        f"WHERE line > {int(cutoff)}").fetchall()
-        else:  # `finish` left `batch` as it was: the lines held back, as finished
-            _replace_rows(con, "batch", finished.filter(
-                db.numpy_arrow(db.arrow_numpy(finished["line"]) > cutoff)))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
+                    f"WHERE line > {int(cutoff)}").fetchall()
         self._write_finished(table)
 
     def _flush_rows(self, final: bool) -> None:
@@ -1354,9 +1353,9 @@ class _ChunkSink:
             self.queue.put(table)
 
     def _finished(self, cutoff: int, finished: pa.Table | None = None) -> pa.Table:
-        """The rows of `batch` (or of what `finish` returned in its place, `finished`) up to
-        line `cutoff`, every column: those of `batch` with the others of `pending` (which
-        keeps the rows after `cutoff`)."""
+        """The rows of `batch` (or the rows `finish_rows` returned, `finished`) up to line
+        `cutoff`, every column: those of `batch` with the others of `pending` (which keeps the
+        rows after `cutoff`)."""
         if finished is None:
             done = self.con.sql(f"SELECT * FROM batch WHERE line <= {cutoff}").to_arrow_table()
         else:
@@ -1407,12 +1406,6 @@ def _as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays([table[f.name].cast(f.type) for f in schema], schema=schema)
 
 
-def _replace_rows(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
-    """Table `name` anew (its columns and types) with `rows` (its columns, in its order)."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name} LIMIT 0")
-    _insert_arrow(con, name, rows)
-
-
 def _insert_arrow(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
     """`rows` (the columns of table `name`, in its order) added to it."""
     con.register("_insert", rows)
@@ -1424,8 +1417,9 @@ def _insert_arrow(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> 
 
 def _batch_columns(fmt: Format) -> list[str] | None:
     """The columns `batch` holds while a file is read (None: all): what the format's `finish`
-    names and what the index of the file's rows reads (NARROW), in the schema's order."""
-    if fmt.finish is not None and fmt.finish_columns is None:
+    (or `finish_rows`) names and what the index of the file's rows reads (NARROW), in the
+    schema's order."""
+    if (fmt.finish or fmt.finish_rows) and fmt.finish_columns is None:
         return None
     wanted = set(NARROW.split(", ")) | (fmt.finish_columns or set())
     return [c.name for c in COLUMNS if c.name in wanted]

@@ -85,15 +85,12 @@ class Format:
     # Optional step over the mapped batch (table `batch`), e.g. joining responses to requests.
     # It may read earlier events of the same file through the view `stored_events`; what it
     # learns of those (a request's outcome from its response) it adds to `late_outcomes`
-    # (event_id, ok, error, latency_ms), since written events are never rewritten. It may
-    # instead return the finished batch as an Arrow table (every column of `batch`, in its
-    # order), leaving `batch` as it found it: what it computed outside DuckDB need not be
-    # written into `batch` only to be read back out.
-    finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], pa.Table | None] | None = None
+    # (event_id, ok, error, latency_ms), since written events are never rewritten.
+    finish: Callable[[duckdb.DuckDBPyConnection, FormatContext], None] | None = None
     # The same step on the batch's rows in Arrow (every column `batch` would hold, in its
-    # order), returning them finished: a read of a large file then keeps its chunks in
-    # Arrow, never copied into DuckDB and out again for `finish` (`batch` is not made; the
-    # step may make it of the rows where it needs SQL on them).
+    # order), returning them finished, for a format that has it instead of `finish`: a read
+    # then keeps its chunks in Arrow, never copied into DuckDB and out again (`batch` is not
+    # made; the step may make it of the rows where it needs SQL on them).
     finish_rows: Callable[[duckdb.DuckDBPyConnection, FormatContext, pa.Table], pa.Table] \
         | None = None
     # The columns `finish` reads or writes in `batch`, when it names them: a read then keeps

@@ -84,11 +84,6 @@ def select_sql(ctx: FormatContext) -> str:
     """
 
 
-def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> pa.Table:
-    """`finish_rows` on the rows of `batch` (`Format.finish`): returns them finished."""
-    return finish_rows(con, ctx, con.sql("SELECT * FROM batch").to_arrow_table())
-
-
 def finish_rows(con: duckdb.DuckDBPyConnection, ctx: FormatContext, rows: pa.Table) -> pa.Table:
     """Give every line of a request the request's action, session and actor (and `answers`,
     its event id), and the request line its outcome, so `WHERE error = ...` finds requests
@@ -210,8 +205,8 @@ class _ById:
         """The batch with each answering line's request fields (from this batch's requests,
         then the `found` ones) and each request's outcome from its response; None where a
         line meets several requests or a request several responses."""
-        table, n = self.table, self.table.num_rows
-        # the requests: rows of the batch, then (n + i) the found ones
+        table = self.table
+        # the requests: rows of the batch, then (the batch's number + i) the found ones
         entries = np.where(self.request, self.key, -1)
         if found is not None:
             code = arrow_numpy(pc.index_in(found["corr_id"], value_set=self.ids), null=-1)
@@ -222,29 +217,24 @@ class _ById:
                               self.keys)
         if request is None or outcome is None:
             return None
-        row = np.arange(n)
-        answered = request >= 0
-        if answered.any():
+        answered = np.flatnonzero(request >= 0)
+        if len(answered):
             def column(c: str) -> pa.ChunkedArray:  # the batch's, then the found ones'
                 chunks = table[c].chunks + ([] if found is None else
                                             found[c].cast(table[c].type).chunks)
                 return pa.chunked_array(chunks, table[c].type)
 
-            for c in ("action", "session"):
-                table = _replace(table, c, column(c).take(
-                    numpy_arrow(np.where(answered, request, row))))
-            actorless = ~arrow_numpy(table["actor"].is_valid())
-            table = _replace(table, "actor", column("actor").take(
-                numpy_arrow(np.where(answered & actorless, request, row))))
-            event_id = arrow_numpy(column("event_id"))
-            before = table["answers"]
-            table = _replace(table, "answers", numpy_arrow(
-                np.where(answered, event_id[request], arrow_numpy(before, null=0)),
-                mask=~answered & ~arrow_numpy(before.is_valid())))
-        if (outcome >= 0).any():
-            pick = numpy_arrow(np.where(outcome >= 0, outcome, row))
+            pick = numpy_arrow(request[answered])
+            for c, to in (("action", "action"), ("session", "session"), ("event_id", "answers")):
+                table = _set(table, to, answered, column(c).take(pick))
+            actorless = answered[~arrow_numpy(table["actor"].is_valid())[answered]]
+            table = _set(table, "actor", actorless,
+                         column("actor").take(numpy_arrow(request[actorless])))
+        replied = np.flatnonzero(outcome >= 0)
+        if len(replied):
+            pick = numpy_arrow(outcome[replied])
             for c in ("ok", "error", "latency_ms"):
-                table = _replace(table, c, table[c].take(pick))
+                table = _set(table, c, replied, table[c].take(pick))
         return table
 
 
@@ -270,12 +260,6 @@ def _only_match(entries: np.ndarray, key: np.ndarray, which: np.ndarray,
     slot[entries[listed]] = listed
     out[rows] = slot[key[rows]]
     return out
-
-
-def _replace(table: pa.Table, name: str, column) -> pa.Table:
-    """`table` with `column` in place of its column `name`, of the same type."""
-    i = table.schema.get_field_index(name)
-    return table.set_column(i, table.schema.field(i), column.cast(table.schema.field(i).type))
 
 
 def _late_outcomes(con: duckdb.DuckDBPyConnection, rows: pa.Table | None = None) -> None:
@@ -799,7 +783,8 @@ def _set(table: pa.Table, name: str, at: np.ndarray, values: pa.Array | pa.Chunk
     pick[at] = table.num_rows + np.arange(len(at))
     new = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     merged = pa.chunked_array(column.chunks + [v.cast(column.type) for v in new], column.type)
-    return _replace(table, name, merged.take(numpy_arrow(pick)))
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), merged.take(numpy_arrow(pick)))
 
 
 def _line_names(line: np.ndarray) -> pa.Array:
@@ -842,7 +827,6 @@ FORMAT = Format(
     select_sql=select_sql,
     mapped_keys=frozenset(FIELDS),
     known_keys=frozenset(KNOWN),
-    finish=finish,
     finish_rows=finish_rows,
     finish_columns=frozenset({
         "event_id", "line", "ts", "kind", "corr_id", "parent_id", "actor", "session",
