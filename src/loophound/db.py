@@ -291,6 +291,16 @@ _NUMPY_OF_ARROW = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": 
 # ask for it.
 
 
+def one_array(column) -> pa.Array:
+    """An Arrow column (Array or ChunkedArray) as one Array, without importing pandas (what
+    `combine_chunks` does on a column of no chunks)."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+    return column
+
+
 def arrow_numpy(column, unused_nulls: bool = False, null=None) -> np.ndarray:
     """An Arrow column (Array or ChunkedArray) as numpy, what `to_numpy()` gives, without
     importing pandas. Numbers and booleans are read from Arrow's buffer (numbers without
@@ -300,10 +310,8 @@ def arrow_numpy(column, unused_nulls: bool = False, null=None) -> np.ndarray:
     is read as if it had none (their slots hold anything).
     `null`: the value of the NULL rows, what `pc.fill_null(column, null)` would give."""
     import numpy as np
-    import pyarrow as pa
 
-    if isinstance(column, pa.ChunkedArray):  # of no chunks: combine_chunks imports pandas
-        column = column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+    column = one_array(column)
     dtype = _NUMPY_OF_ARROW.get(str(column.type))
     if dtype is None or (column.null_count and not unused_nulls and null is None):
         return column.to_numpy(zero_copy_only=False)

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..attribute import UNIT_KINDS_ALL
-from ..db import arrow_numpy, numpy_arrow
+from ..db import arrow_numpy, numpy_arrow, one_array
 from .machines import FIELDS, Event, machine
 from .spec import Guard
 
@@ -85,8 +85,7 @@ class Column:
 
 def _column(col: pa.ChunkedArray, name: str, order: np.ndarray | None = None) -> Column:
     """Column `name` from arrow, its rows taken in `order` (all, as they are, when None)."""
-    if isinstance(col, pa.ChunkedArray):  # of no chunks: combine_chunks imports pandas
-        col = col.combine_chunks() if col.num_chunks else pa.nulls(0, col.type)
+    col = one_array(col)
     if name in STRINGS:
         d = col.dictionary_encode()
         values = d.dictionary.to_pylist() + [None]
