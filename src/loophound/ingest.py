@@ -1546,8 +1546,12 @@ class _FileRows:
         rel = f"scratch/{self.stem}-rows-{len(self.spilled) + 1}.parquet"
         (self.store.root / "scratch").mkdir(exist_ok=True)
         self.store.intend(rel)
+        # written to be read back soon, by this process and from the page cache: no
+        # compression and no dictionaries (a spill cost two thirds of writing the events
+        # themselves), and statistics only where a look-back's filter can use them
         pq.write_table(pa.concat_tables([self.empty, *self.frames]), self.store.root / rel,
-                       compression="snappy")
+                       compression="none", use_dictionary=False,
+                       write_statistics=["event_id", "line", "ts"])
         self.spilled.append(rel)
         self.frames = []
         self._register()
