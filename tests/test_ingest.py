@@ -433,12 +433,14 @@ def test_a_rewritten_companion_replaces_its_rows_and_their_files(tmp_path):
 
 def small_chunks(monkeypatch) -> None:
     """A log read alone (not with other small files), in 16 KiB chunks holding back 20
-    lines: a small log goes through every step a large one does, many times."""
+    lines, each chunk mapped ahead in parts of 16 lines and more: a small log goes through
+    every step a large one does, many times."""
     from loophound import ingest as ingest_module
 
     monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)
     monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 16 * 1024)
     monkeypatch.setattr(ingest_module, "HOLD_LINES", 20)
+    monkeypatch.setattr(ingest_module, "PART_ROWS", 16)
 
 
 def read_chunked(log: Path, root: Path) -> tuple[Store, list[tuple], list[str]]:
@@ -608,9 +610,16 @@ def test_duckdb_has_its_threads_back_after_a_read_mapped_ahead(tmp_path, monkeyp
     con.execute("SET threads = 3")
     during = []
     map_ahead = ingest_module._MapAhead._map
-    monkeypatch.setattr(ingest_module._MapAhead, "_map", lambda self, batch: during.append(
-        self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
-        or map_ahead(self, batch))
+
+    def threads() -> int:  # a setting of the database: any cursor of it tells
+        cursor = db.scratch()
+        try:
+            return cursor.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        finally:
+            cursor.close()
+
+    monkeypatch.setattr(ingest_module._MapAhead, "_map",
+                        lambda self, lines: during.append(threads()) or map_ahead(self, lines))
     try:
         assert ingest([str(log)], Store(tmp_path / "s")).events > 100
         assert during and set(during) == {1}
