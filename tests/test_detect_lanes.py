@@ -178,3 +178,34 @@ def test_work_beside_the_detectors_runs_once_in_a_lane_and_its_error_is_raised(s
 
     with pytest.raises(RuntimeError, match="broken beside"):
         run_detectors(store.connect(), settings(), names, lanes=2, beside=[broken])
+
+
+def test_a_value_worked_out_for_the_lanes_is_worked_out_once(store):
+    """`shared_once`: a connection and its siblings (the lanes) share a plain value; two
+    lanes asking at once get one computation, the second waiting for the first; a
+    connection whose `events` are redefined works it out again, for itself alone."""
+    from loophound.store import define_views, shared_once
+
+    con = store.connect()
+    lanes = [sibling(con), sibling(con)]
+    computed, started = [], threading.Event()
+
+    def slow(c):
+        def compute():
+            computed.append(c)
+            started.set()
+            threading.Event().wait(0.2)  # the other lane asks meanwhile
+            return c.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        return compute
+
+    got = []
+    first = threading.Thread(target=lambda: got.append(shared_once(lanes[0], "n", slow(lanes[0]))))
+    first.start()
+    started.wait(5)
+    got.append(shared_once(lanes[1], "n", slow(lanes[1])))
+    first.join()
+    assert len(computed) == 1 and got[0] == got[1] > 0
+    assert shared_once(con, "n", slow(con)) == got[0] and len(computed) == 1
+    define_views(con, store)  # `events` redefined: what was derived from them is forgotten
+    assert shared_once(con, "n", slow(con)) == got[0] and len(computed) == 2
+    assert shared_once(lanes[0], "n", slow(lanes[0])) == got[0] and len(computed) == 2

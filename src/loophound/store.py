@@ -16,12 +16,14 @@ import errno
 import fcntl
 import hashlib
 import os
+import threading
 import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -528,6 +530,8 @@ def define_views(con: duckdb.DuckDBPyConnection, store: Store,
     con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {events}")
     con.execute("DROP TABLE IF EXISTS _copies")  # derived from the events it replaced
     _DERIVED.pop(con, None)
+    with _SHARED_LOCK:
+        _SHARED.pop(con, None)
     con.execute("""CREATE OR REPLACE TEMP VIEW inputs AS
       SELECT display_path AS path, format, compression, sha256, bytes, lines,
              pending_length AS pending_bytes, first_seen, last_read, input_id
@@ -790,6 +794,32 @@ def kind_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
         "SELECT kind, count(*) FROM events GROUP BY kind").fetchall()))
 
 
+def shared_once(con: duckdb.DuckDBPyConnection, name: str, compute):
+    """What `compute` says of `con`'s events as a plain value (a table is one connection's
+    own), worked out once for `con` and its siblings (`sibling`): the detectors' lanes ask
+    for some of the same things, and a lane that asks while another works it out waits for
+    that answer. `define_views`, which redefines `events`, forgets it."""
+    memo = _shared_memo(con)
+    with memo.lock:
+        lock = memo.locks.setdefault(name, threading.Lock())
+    with lock:
+        if name not in memo.values:
+            memo.values[name] = compute()
+        return memo.values[name]
+
+
+@dataclass
+class _SharedMemo:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _shared_memo(con: duckdb.DuckDBPyConnection) -> _SharedMemo:
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(con, _SharedMemo())
+
+
 def _once(con: duckdb.DuckDBPyConnection, name: str, compute):
     """What `compute` says of `con`'s events, worked out once per connection; `define_views`,
     which redefines `events`, forgets it."""
@@ -801,6 +831,9 @@ def _once(con: duckdb.DuckDBPyConnection, name: str, compute):
 
 # per connection: what was derived from its `events` (see `_once`)
 _DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# per connection, one for it and its siblings: the plain values of `shared_once`
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
 
 
 def sibling(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -834,6 +867,9 @@ def sibling(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         pending = left
     if con in _DERIVED:
         _DERIVED[other] = dict(_DERIVED[con])
+    memo = _shared_memo(con)
+    with _SHARED_LOCK:
+        _SHARED[other] = memo  # the same values, whichever computes them
     return other
 
 

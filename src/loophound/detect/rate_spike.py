@@ -57,7 +57,7 @@ from ..db import sql_literal
 from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, claim_units, human_duration, param, staged
 from .profiles import profile
-from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
+from .rates import EPOCH, UNIT_KINDS, bucket_width_s, format_spans, skip_copies
 
 SCOPES = ("session", "actor", "log")  # the order spikes are kept in: most specific first
 COVERED = 0.8  # a spike whose events the kept spikes already hold to this share adds nothing
@@ -393,7 +393,7 @@ def keep_spikes(candidates: list[Candidate]) -> list[Candidate]:
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Spike]:
     copies = skip_copies(con)
     kinds = list(UNIT_KINDS)
-    spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
+    spans = format_spans(con, copies)
     if not spans:
         return []
     widths = []

@@ -67,7 +67,7 @@ from .base import (
     judged,
     param,
 )
-from .rates import EPOCH, SPAN_SQL, UNIT_KINDS, bucket_width_s, skip_copies
+from .rates import EPOCH, UNIT_KINDS, bucket_width_s, format_spans, skip_copies
 
 FEATURES = ("rate_per_min", "error_share", "distinct_errors", "distinct_targets",
             "repeat_share", "gap_cv", "tokens_per_event")
@@ -175,7 +175,7 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params, copies: str = "") -> list
     in order, a batch at a time: what is held is one batch and a row per window. In (format,
     who, window) order, which is unique."""
     kinds = list(UNIT_KINDS)
-    spans = con.execute(SPAN_SQL.format(copies=copies), {"kinds": kinds}).fetchall()
+    spans = format_spans(con, copies)
     if not spans:
         return []
     widths = []
