@@ -16,6 +16,7 @@ from loophound.detect import alternating_action as aa
 from loophound.detect import repeated_action as ra
 from loophound.detect import run_detectors, settings
 from loophound.ingest import ingest
+from loophound.normalise import mask_sql
 from loophound.store import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
@@ -42,13 +43,19 @@ FROM (SELECT DISTINCT actor, session FROM (
 """
 
 
+# as before the arguments were masked once each: every call's masked in SQL
+SEQUENCE_BEFORE = ac.SEQUENCE.replace(
+    "hash(e.args) AS args_hash",
+    f"hash(CASE WHEN e.args IS NOT NULL THEN {mask_sql('e.args', numbers=False)} END) AS loose")
+
+
 def _whole(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
     """The sequences as before the pieces: every row at once, sorted in numpy."""
     kinds = list(ac.ACTION_KINDS)
     found = con.sql(CANDIDATES_BEFORE, params={"kinds": kinds}).to_arrow_table()
     con.register("_stuck_cand", found)
     try:
-        table = con.sql(ac.SEQUENCE, params={"kinds": kinds, "told": list(ac.TOLD_KINDS),
+        table = con.sql(SEQUENCE_BEFORE, params={"kinds": kinds, "told": list(ac.TOLD_KINDS),
                                              "lo": 1, "hi": found.num_rows}).to_arrow_table()
     finally:
         con.unregister("_stuck_cand")

@@ -61,32 +61,30 @@ FROM (SELECT actor, session, CAST(sum(k) AS BIGINT) AS n FROM (
 
 # The candidates' actions, and what others did in their sessions. `loose` is the arguments
 # with ids masked but numbers kept: calls that differ only in a number walk through items.
-# Each distinct argument is masked once (`masked`), found again by its hash: masking every
-# call cost half the query (a storm repeats one argument 600,000 times). Two arguments of
-# one hash (64 bits) would share the smaller masked hash.
+# It is looked up by the hash of the arguments (`args_hash`) in MASKED_ARGS, where each
+# distinct argument of the piece is masked once: masking every call cost half the query (a
+# storm repeats one argument 600,000 times).
+OWN_ACTIONS = """
+FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.actor = c.actor
+WHERE e.session IS NOT DISTINCT FROM c.session AND list_contains($kinds, e.kind)
+  AND e.ts IS NOT NULL AND e.action_key IS NOT NULL"""
 SEQUENCE = f"""
-WITH own AS (
-  SELECT CAST(c.g AS INTEGER) AS g, epoch_ms(e.ts) AS t, e.event_id,
-    hash(e.action_key) AS akey, hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
-    e.result_key IS NOT NULL AS known,
-    e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS erred,
-    e.args, hash(e.args) AS args_hash
-  FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.actor = c.actor
-  WHERE e.session IS NOT DISTINCT FROM c.session AND list_contains($kinds, e.kind)
-    AND e.ts IS NOT NULL AND e.action_key IS NOT NULL),
-masked AS (
-  SELECT hash(a) AS args_hash,
-         min(hash(CASE WHEN a IS NOT NULL THEN {mask_sql('a', numbers=False)} END)) AS loose
-  FROM (SELECT DISTINCT args AS a FROM own) GROUP BY ALL)
-SELECT o.g, o.t, o.event_id, true AS own, o.akey, o.fkey, o.known, o.erred, m.loose,
-  false AS told
-FROM own o JOIN masked m USING (args_hash)
+SELECT CAST(c.g AS INTEGER) AS g, epoch_ms(e.ts) AS t, e.event_id, true AS own,
+  hash(e.action_key) AS akey, hash(e.action_key, e.result_key, e.ok, e.error) AS fkey,
+  e.result_key IS NOT NULL AS known, e.error IS NOT NULL OR e.ok IS NOT DISTINCT FROM false AS erred,
+  hash(e.args) AS args_hash, false AS told
+{OWN_ACTIONS}
 UNION ALL
 SELECT CAST(c.g AS INTEGER), epoch_ms(e.ts), e.event_id, false, NULL, NULL, NULL, NULL, NULL,
   e.target IS NOT DISTINCT FROM c.actor AND list_contains($told, e.kind)
 FROM events e JOIN (FROM _stuck_cand WHERE g BETWEEN $lo AND $hi) c ON e.session = c.session
 WHERE e.actor IS DISTINCT FROM c.actor AND e.ts IS NOT NULL
   AND (list_contains($kinds, e.kind) OR list_contains($told, e.kind))
+"""
+# Two arguments of one hash (64 bits) would share the smaller masked hash.
+MASKED_ARGS = f"""
+SELECT hash(a) AS args_hash, min(hash(CASE WHEN a IS NOT NULL THEN {mask_sql('a', numbers=False)} END))
+FROM (SELECT DISTINCT e.args AS a {OWN_ACTIONS}) GROUP BY ALL ORDER BY 1
 """
 # the candidates' actions are read for this many at a time (about 100 MB of columns, and as
 # much again to sort them), or for one (actor, session) that made more
@@ -381,9 +379,22 @@ def pieces(con: duckdb.DuckDBPyConnection, chunk_rows: int | None = None) -> Ite
                                                "lo": lo, "hi": hi}).to_arrow_reader(1 << 18)
             cols = sorted_rows(reader)
             if len(cols["t"]):
+                cols["loose"] = _loose(con, cols.pop("args_hash"), {"kinds": kinds, "lo": lo,
+                                                                      "hi": hi})
                 yield merged(groups, cols)
     finally:
         con.unregister("_stuck_cand")
+
+
+def _loose(con: duckdb.DuckDBPyConnection, args_hash: np.ndarray, params: dict) -> np.ndarray:
+    """Per row of a piece (`args_hash`: the hash of its arguments), the hash of its arguments
+    masked (`loose`), looked up in MASKED_ARGS (sorted by hash); what the rows of others'
+    actions get is never read."""
+    table = con.sql(MASKED_ARGS, params=params).to_arrow_table()
+    if not table.num_rows:
+        return np.zeros(len(args_hash), dtype=np.uint64)
+    hashes, masked = db.arrow_numpy(table.column(0)), db.arrow_numpy(table.column(1))
+    return masked[np.minimum(np.searchsorted(hashes, args_hash), len(hashes) - 1)]
 
 
 def sorted_rows(reader) -> dict[str, np.ndarray]:
