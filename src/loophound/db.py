@@ -165,6 +165,23 @@ def temp_table(con: duckdb.DuckDBPyConnection, name: str,
                 {c: values for c, (_, values) in columns.items()})
 
 
+@contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> Iterator[str]:
+    """`rows` readable in `con`'s SQL as `name` meanwhile (DuckDB reads the Arrow data in
+    place), and no longer after, whatever the statements did."""
+    con.register(name, rows)
+    try:
+        yield name
+    finally:
+        con.unregister(name)
+
+
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:
+    """`rows` (the columns of `table`, in its order) added to `table`."""
+    with registered(con, "_insert_rows", rows):
+        con.execute(f"INSERT INTO {table} SELECT * FROM _insert_rows")
+
+
 @dataclass
 class _Attached:
     cursor: duckdb.DuckDBPyConnection  # default database: the file

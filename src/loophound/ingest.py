@@ -1042,7 +1042,7 @@ class _Group:
             SELECT b.* REPLACE (b.line & {(1 << LINE_BITS) - 1} AS line, g.file AS file)
             FROM batch b JOIN _group_files g ON g.input_id = b.event_id >> {LINE_BITS}""")
         if fmt.finish_rows:
-            _insert_arrow(con, "_rows", fmt.finish_rows(
+            db.insert_arrow(con, "_rows", fmt.finish_rows(
                 con, ctx, con.sql("SELECT * FROM batch").to_arrow_table()))
         else:
             if fmt.finish:
@@ -1296,12 +1296,9 @@ class _ChunkSink:
                 self.pending.append(table)
             return
         columns = "*" if self.columns is None else ", ".join(self.columns)
-        self.con.register("_mapped", table)
-        try:
+        with db.registered(self.con, "_mapped", table):
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM batch "
                              f"UNION ALL SELECT {columns} FROM _mapped").fetchall()
-        finally:
-            self.con.unregister("_mapped")
         if self.columns is not None:
             self.pending.append(table)
 
@@ -1404,15 +1401,6 @@ def _as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
     if table.schema.equals(schema):
         return table
     return pa.Table.from_arrays([table[f.name].cast(f.type) for f in schema], schema=schema)
-
-
-def _insert_arrow(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
-    """`rows` (the columns of table `name`, in its order) added to it."""
-    con.register("_insert", rows)
-    try:
-        con.execute(f"INSERT INTO {name} SELECT * FROM _insert")
-    finally:
-        con.unregister("_insert")
 
 
 def _batch_columns(fmt: Format) -> list[str] | None:
@@ -1968,12 +1956,10 @@ def _keys_by_value(con: duckdb.DuckDBPyConnection, table: pa.Table,
             codes = codes * (len(encoded.dictionary) + 1) + db.arrow_numpy(encoded.indices)
         _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
         distinct = table.select(list(sources)).take(db.numpy_arrow(first))
-        con.register("_distinct", distinct.append_column("_i", db.numpy_arrow(np.arange(len(first)))))
-        try:
+        numbered = distinct.append_column("_i", db.numpy_arrow(np.arange(len(first))))
+        with db.registered(con, "_distinct", numbered):
             keys = con.sql(f"SELECT {key_sql(*sources)} AS k FROM _distinct ORDER BY _i"
                            ).to_arrow_table()["k"]
-        finally:
-            con.unregister("_distinct")
         if len(keys) != len(first):
             raise RuntimeError("the keys of distinct values came back in another number")
         column = table.schema.get_field_index(name)
@@ -2116,11 +2102,10 @@ def _write_quarantine(con: duckdb.DuckDBPyConnection, store: Store, relative: st
     rows = [rejected[i] for i in ordered]
     table = pa.table({c.name: _quarantine_column(c, [_qvalue(r, c.name, shown) for shown, r in rows])
                       for c in QUARANTINE_COLUMNS})
-    con.register("_q", table)
     target = db.sql_literal(str(store.root / relative))
     cast = ", ".join(f"CAST({c.name} AS {c.sql_type}) AS {c.name}" for c in QUARANTINE_COLUMNS)
-    con.execute(f"COPY (SELECT {cast} FROM _q) TO {target} (FORMAT parquet)")
-    con.unregister("_q")
+    with db.registered(con, "_q", table):
+        con.execute(f"COPY (SELECT {cast} FROM _q) TO {target} (FORMAT parquet)")
 
 
 def _quarantine_column(column: Column, values: list) -> pa.Array:

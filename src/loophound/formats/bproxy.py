@@ -13,6 +13,7 @@ text, the result's first 4 KiB), not in `extra`.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import duckdb
@@ -20,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..db import arrow_numpy, numpy_arrow, strings_arrow
+from ..db import arrow_numpy, insert_arrow, numpy_arrow, registered, strings_arrow
 from .base import (
     Format,
     FormatContext,
@@ -126,11 +127,8 @@ def _join_by_id(con: duckdb.DuckDBPyConnection, rows: pa.Table | None = None) ->
 
 def _load(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> None:
     """`batch` made of `rows`, for statements that update it."""
-    con.register("_batch_rows", rows)
-    try:
+    with registered(con, "_batch_rows", rows):
         con.execute("CREATE OR REPLACE TEMP TABLE batch AS SELECT * FROM _batch_rows")
-    finally:
-        con.unregister("_batch_rows")
 
 
 def _update_by_id(con: duckdb.DuckDBPyConnection, earlier: bool) -> None:
@@ -192,11 +190,8 @@ class _ById:
         if not len(orphans):
             return None
         ids = self.ids.take(numpy_arrow(np.unique(self.code[orphans])))
-        con.register("_orphan_ids", pa.table({"corr_id": ids}))
-        try:
+        with registered(con, "_orphan_ids", pa.table({"corr_id": ids})):
             con.execute("CREATE OR REPLACE TEMP TABLE _orphans AS SELECT corr_id FROM _orphan_ids")
-        finally:
-            con.unregister("_orphan_ids")
         _find_requests(con)
         return con.sql("SELECT event_id, corr_id, action, session, actor FROM _found"
                        ).to_arrow_table()
@@ -265,18 +260,13 @@ def _only_match(entries: np.ndarray, key: np.ndarray, which: np.ndarray,
 def _late_outcomes(con: duckdb.DuckDBPyConnection, rows: pa.Table | None = None) -> None:
     """Requests already written (`_found`) answered in this batch (`batch`, or its rows
     `rows`): their outcome goes beside them (`late_outcomes`)."""
-    if rows is not None:
-        con.register("_answering", rows)
-    try:
+    with registered(con, "_answering", rows) if rows is not None else nullcontext("batch") as r:
         con.execute(f"""INSERT INTO late_outcomes
             SELECT f.event_id, any_value(r.ok), any_value(r.error), any_value(r.latency_ms)
-            FROM _found f JOIN {'batch' if rows is None else '_answering'} r
+            FROM _found f JOIN {r} r
               ON r.corr_id = f.corr_id AND r.kind = 'response'
               AND r.event_id >> 32 = f.event_id >> 32
             GROUP BY f.event_id""")
-    finally:
-        if rows is not None:
-            con.unregister("_answering")
 
 
 def _find_requests(con: duckdb.DuckDBPyConnection) -> None:
@@ -645,12 +635,9 @@ class _Placed:
         if not orphans.any() or self._stored_known(orphans):
             return True
         asked = pa.table({"line": numpy_arrow(np.unique(self.corr_line[orphans]))})
-        con.register("_asked", asked)
-        try:
+        with registered(con, "_asked", asked):
             con.execute("CREATE OR REPLACE TEMP TABLE _orphans AS SELECT 'L' || line AS corr_id "
                         "FROM _asked")
-        finally:
-            con.unregister("_asked")
         _find_requests(con)
         self.found_stored = True
         stored = con.sql("SELECT event_id, CAST(corr_id[2:] AS BIGINT) AS line, action, "
@@ -698,9 +685,9 @@ class _Placed:
         request's (with no process left in `parent_id`), for `_join_by_id` to join."""
         con.execute("UPDATE batch SET corr_id = 'L' || line WHERE corr_id IS NULL "
                     "AND kind = 'request'")
-        self._update(con, "UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL "
-                          "FROM _answer a WHERE batch.event_id = a.event_id",
-                     self._answers(np.arange(self.probes)))
+        with registered(con, "_answer", self._answers()):
+            con.execute("UPDATE batch SET corr_id = 'L' || a.corr_line, parent_id = NULL "
+                        "FROM _answer a WHERE batch.event_id = a.event_id")
 
     def finished(self, con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
         """The batch (`table`, every column of `batch`) with each answering line's `corr_id`
@@ -735,30 +722,14 @@ class _Placed:
         if self.found_stored:
             _late_outcomes(con, table)
         elif self.late is not None and self.late.num_rows:
-            con.register("_late", self.late)
-            try:
-                con.execute("INSERT INTO late_outcomes SELECT * FROM _late")
-            finally:
-                con.unregister("_late")
+            insert_arrow(con, "late_outcomes", self.late)
         return table
 
-    def _answers(self, which: np.ndarray) -> pa.Table:
-        corr_line = self.corr_line[which]
-        return pa.table({"event_id": numpy_arrow(self.lines.event_id[self.answering[which]]),
+    def _answers(self) -> pa.Table:
+        """Each line placed now (the probes): its event id and its request's line."""
+        corr_line = self.corr_line[:self.probes]
+        return pa.table({"event_id": numpy_arrow(self.lines.event_id[self.answering[:self.probes]]),
                          "corr_line": numpy_arrow(corr_line, mask=corr_line < 0)})
-
-    @staticmethod
-    def _update(con: duckdb.DuckDBPyConnection, sql: str, answer: pa.Table,
-                outcome: pa.Table | None = None) -> None:
-        con.register("_answer", answer)
-        if outcome is not None:
-            con.register("_outcome", outcome)
-        try:
-            con.execute(sql)
-        finally:
-            con.unregister("_answer")
-            if outcome is not None:
-                con.unregister("_outcome")
 
 
 def _positions(table: pa.Table, event_id: np.ndarray) -> np.ndarray:
