@@ -93,8 +93,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     priced, price_joins = price_events(con, costs or load_cost_model(), source)
     copies = define_message_copies(con) > 0  # built with the prices
     for i, within in enumerate(_id_ranges(con, source)):
-        con.execute(f"""{"INSERT INTO" if i else "CREATE OR REPLACE TEMP TABLE"} _event_facts
-            {"" if i else "AS"}
+        con.execute(f"""{_made_or_added("_event_facts", not i)}
             SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts,
                    e.kind, {who} e.byte_length, {priced}, {fresh} AS fresh, o.claims > 1 AS shared
             FROM (FROM {source} {within.format(id="event_id")}) e
@@ -160,6 +159,12 @@ def _id_ranges(con: duckdb.DuckDBPyConnection, source: str) -> list[str]:
             for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
+def _made_or_added(table: str, first: bool) -> str:
+    """SQL before a SELECT: the temporary `table` made of its rows (`first`: the first range
+    of `_id_ranges`), or the rows added to it (a later range)."""
+    return f"CREATE OR REPLACE TEMP TABLE {table} AS" if first else f"INSERT INTO {table}"
+
+
 def _define_fact_views(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
     """`event_costs`, `owner` and `claimed` over `_event_facts`. `event_costs` is a view: a
     scan reads the facts themselves, and a table of them was a pass over every event (1.1 s
@@ -223,7 +228,7 @@ def _add_parts(con: duckdb.DuckDBPyConnection, within: str = "", first: bool = T
     events `within` (a clause of `_id_ranges`): parts of one key from several ranges are
     summed again like any others."""
     con.execute(f"""
-        {"CREATE OR REPLACE TEMP TABLE _parts AS" if first else "INSERT INTO _parts"}
+        {_made_or_added("_parts", first)}
         SELECT fidx, cost_status, CASE WHEN owned THEN NULL ELSE owner END AS other, owned,
           CAST(event_id >> 32 AS INTEGER) AS input_id,
           count(*) FILTER (WHERE is_unit) AS units, count(*) AS n, sum(byte_length) AS bytes,
@@ -290,7 +295,7 @@ def _fact_groups(con: duckdb.DuckDBPyConnection, within: str = "", first: bool =
     are grouped. Made (`first`) or added to from the events `within` (a clause of
     `_id_ranges`)."""
     con.execute(f"""
-        {"CREATE OR REPLACE TEMP TABLE _fact_groups AS" if first else "INSERT INTO _fact_groups"}
+        {_made_or_added("_fact_groups", first)}
         SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
                count(*) AS n, sum(e.byte_length) AS bytes, sum(e.tokens) AS tokens,
                {DECIMAL_SUM} AS cost,
