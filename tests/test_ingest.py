@@ -585,7 +585,12 @@ def test_keys_and_merges_of_chunks_mapped_ahead_are_those_of_the_careful_path(
                       for i, r in enumerate(odd)]
     log.write_bytes(b"".join(lines))
     small_chunks(monkeypatch)
+    parts = []  # how many parts each chunk mapped ahead was cut into
+    submit = ingest_module._MapAhead.submit
+    monkeypatch.setattr(ingest_module._MapAhead, "submit", lambda self, batch: parts.append(
+        len((mapping := submit(self, batch)).parts)) or mapping)
     ahead = read_chunked(log, tmp_path / "ahead")[1:]
+    assert parts.count(2) > 10 and set(parts) <= {1, 2}  # in two parts, but a last short one
     monkeypatch.setattr(ingest_module._MapAhead, "_map", lambda self, batch: None)
     careful = read_chunked(log, tmp_path / "careful")[1:]
     assert ahead == careful
