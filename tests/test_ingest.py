@@ -731,3 +731,21 @@ def test_ingest_does_not_import_pandas(tmp_path):
     con = Store(tmp_path / "st").connect()
     quarantined = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
     assert quarantined >= 3  # the hostile lines were read (and the samples' own)
+
+
+def test_chunk_buffers_are_read_into_again_only_once_nothing_holds_them():
+    from loophound.lines import ChunkBuffers
+
+    buffers = ChunkBuffers(keep=2)
+    first = buffers.take(10)
+    view = memoryview(first)  # a batch's text over the chunk, say
+    second = buffers.take(10)
+    assert second is not first
+    view.release()
+    again = buffers.take(12)  # a longer tail before the next read
+    assert again is first and len(again) == 12
+    held = memoryview(again), memoryview(second)
+    third = buffers.take(8)
+    assert third is not first and third is not second and len(buffers.buffers) == 2
+    del held
+    assert buffers.take(8) is first

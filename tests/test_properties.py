@@ -195,3 +195,28 @@ def test_read_lines_accounts_for_every_byte_at_any_chunk_size(lengths, last_newl
     assert state.next_line == len(expected) + 1 and state.next_offset == sum(
         e[2] for e in expected)
     assert consumed.digest() == hashlib.sha256(data[:state.next_offset]).digest()
+
+
+@settings(max_examples=100, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=40),
+       chunk_bytes=st.integers(min_value=1, max_value=64), held=st.lists(st.booleans()))
+def test_a_chunk_buffer_is_read_into_again_only_when_no_batch_holds_it(lengths, chunk_bytes,
+                                                                       held):
+    """Chunks are read into buffers used again (`ChunkBuffers`), and a batch's text is its
+    buffer itself: whichever batches a reader keeps and whichever it drops, every kept
+    batch's lines are still the file's bytes when the file has been read to the end."""
+    import io
+
+    from loophound.lines import ReadState, read_lines
+
+    data = b"".join(b"{" + bytes([97 + i % 26]) * (n - 1) + b"\n" for i, n in enumerate(lengths))
+    kept = []
+    for i, batch in enumerate(read_lines(io.BytesIO(data), ReadState(), chunk_bytes=chunk_bytes)):
+        if held[i] if i < len(held) else i % 2:
+            kept.append(batch)
+    for batch in kept:
+        t = batch.table
+        for offset, length, text in zip(t["byte_offset"].to_pylist(),
+                                        t["byte_length"].to_pylist(), t["text"].to_pylist(),
+                                        strict=True):
+            assert text.encode() == data[offset:offset + length]
