@@ -139,3 +139,17 @@ def test_a_real_bug_is_an_internal_error(tmp_path, monkeypatch, capsys):
     assert code == 3
     assert "internal error: RuntimeError: something inside broke" in output
     assert "This is a bug in loophound" in output and "Traceback" not in output
+
+
+def test_the_command_keeps_numpy_from_spinning_blas_threads_unless_told(monkeypatch):
+    """`loophound` sets OPENBLAS_NUM_THREADS=1 for its own process (numpy's idle BLAS
+    threads spin on a core the command needs); a value the user set is kept."""
+    from loophound import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "app", lambda: seen.append(os.environ.get("OPENBLAS_NUM_THREADS")))
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    cli.run()
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    cli.run()
+    assert seen == ["1", "4"]

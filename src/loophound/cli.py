@@ -286,6 +286,10 @@ def run() -> None:
 
     from .errors import machine_condition
 
+    # numpy's OpenBLAS starts a thread per core that spins for work after numpy loads (0.1 s
+    # of CPU) and loophound calls no BLAS routine: on two cores that time is taken from
+    # ingest and the scan. This process is the command's own, and numpy is not loaded yet.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         app()
     except KeyboardInterrupt:
