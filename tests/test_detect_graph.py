@@ -299,3 +299,21 @@ def test_a_finding_keeps_its_id_as_the_loop_grows(tmp_path):
     ab = ("annegreet", "eltjo")
     assert before[ab]["id"] == after[ab]["id"] and before[ab]["start"] == after[ab]["start"]
     assert before[ab]["details"]["laps"] < after[ab]["details"]["laps"]
+
+
+def test_the_message_detectors_skip_only_logs_whose_hops_are_empty(day, tmp_path):
+    """`any_hops` spares ping_pong and depth_violation their queries (20-30 ms each to plan)
+    on a log with nothing to read as a hop: it is false only where the hops are empty, and
+    it is false for a browser proxy's log, whose `stats` records name no sender."""
+    from loophound.detect.messages import HOPS_CTE, any_hops
+
+    root = Path(__file__).resolve().parents[1]
+    proxy = tmp_path / "proxy"
+    ingest([str(root / "sample_logs" / "bproxy")], Store(proxy))
+    seen = {}
+    for name, store in (("day", Store(day[2] / "st")), ("proxy", Store(proxy))):
+        con = store.connect()
+        hops = con.execute(f"WITH {HOPS_CTE} SELECT count(*) FROM hops",
+                           {"break_ms": 600_000}).fetchall()[0][0]
+        seen[name] = (any_hops(con), hops > 0)
+    assert seen == {"day": (True, True), "proxy": (False, False)}

@@ -36,7 +36,7 @@ from .base import Detector, EvidenceLine, Finding, param, staged
 from .lineage import CLAIM as LINEAGE_CLAIM
 from .lineage import LINKS_SQL as LINEAGE_LINKS
 from .lineage import Lineage, load_lineage
-from .messages import HOPS_CTE, SVEN, UNIT_KINDS, Spot, aliases_of, display
+from .messages import HOPS_CTE, SVEN, UNIT_KINDS, Spot, aliases_of, any_hops, display
 from .messages import LINKS_SQL as MESSAGE_LINKS
 
 
@@ -169,13 +169,16 @@ class StuckLineage:
 
 def measure(con: duckdb.DuckDBPyConnection,
             p: Params) -> list[GuardEpisode | StuckEpisode | StuckLineage]:
-    rows = con.execute(SQL, {
-        "break_ms": p.break_s * 1000,
-        "max_hop_depth": p.max_hop_depth, "machine_ms": p.machine_reply_s * 1000,
-        "stuck_min": p.stuck_min,
-    }).fetchall()
-    cols = [d[0] for d in con.description]
     out: list[GuardEpisode | StuckEpisode | StuckLineage] = []
+    if any_hops(con):
+        rows = con.execute(SQL, {
+            "break_ms": p.break_s * 1000,
+            "max_hop_depth": p.max_hop_depth, "machine_ms": p.machine_reply_s * 1000,
+            "stuck_min": p.stuck_min,
+        }).fetchall()
+        cols = [d[0] for d in con.description]
+    else:
+        rows = []
     if rows:
         aliases = aliases_of(con)
         for row in rows:

@@ -49,6 +49,7 @@ from .messages import (
     UNIT_KINDS,
     Spot,
     aliases_of,
+    any_hops,
     display,
 )
 
@@ -203,6 +204,8 @@ class Episode:
 
 
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Episode]:
+    if not any_hops(con):
+        return []
     min_rounds = max(1, min(p.min_rounds, p.slow_min_rounds))
     rows = con.execute(SQL, {
         "break_ms": p.break_s * 1000,
