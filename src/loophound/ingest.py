@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -367,7 +368,7 @@ def ingest_files(files: list[tuple[Path, str]], passed_over: list[tuple[str, str
     done = 0
     companions_seen: set[Path] = set()
     with store.writing(wait=options.wait, on_wait=on_wait), _CatalogHold(store) as hold, \
-            _ARROW_ON_JEMALLOC:
+            _ARROW_ON_JEMALLOC.using():
         store._ingest_cache = None  # read afresh under the lock
         if first_input_id is not None:
             ids = _cache(store).next
@@ -1731,7 +1732,7 @@ class _MapAhead:
     still the whole chunk. (Two chunks mapped at once instead cost 0.15 GB more at the
     peak: the mapping of a chunk holds about three times its lines.)
 
-    Meanwhile DuckDB runs each query on one thread of its own (`_SingleThreaded`): the
+    Meanwhile DuckDB runs each query on one thread of its own (`_SINGLE_THREADED`): the
     threads of ingest already keep the cores busy, and DuckDB's parallel operators on top
     of them only added the cost of splitting and merging their work (the reqId log, 3
     alternations at a load average of 10: 9.5 s of CPU and 23.9 s with DuckDB's threads,
@@ -1804,67 +1805,72 @@ class _Mapping:
         return pa.concat_tables([table for table, _ in done]), unknown
 
 
-class _SingleThreaded:
-    """DuckDB's worker threads (a setting of the process's one database) set to 1 while any
-    read maps ahead, and the number before put back when the last one ends."""
+class _WhileInUse:
+    """A setting of the whole process, changed while anything uses it and put back when the
+    last user is done: `change(*args)` changes it and returns what to put back (None: it did
+    not change), `restore(before, *args)` puts that back. Several ingests at once, and the
+    cursors of a read's mapping, share the one change."""
 
-    def __init__(self) -> None:
+    def __init__(self, change: Callable[..., Any], restore: Callable[..., Any]):
+        self.change, self.restore = change, restore
         self.lock = threading.Lock()
         self.users = 0
-        self.before: int | None = None
+        self.before: Any = None
 
-    def enter(self, con: duckdb.DuckDBPyConnection) -> None:
+    def enter(self, *args: Any) -> None:
         with self.lock:
             if self.users == 0:
-                self.before = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
-                con.execute("SET threads = 1")
+                self.before = self.change(*args)
             self.users += 1
 
-    def leave(self, con: duckdb.DuckDBPyConnection) -> None:
+    def leave(self, *args: Any) -> None:
         with self.lock:
             self.users -= 1
             if self.users == 0 and self.before is not None:
-                con.execute(f"SET threads = {int(self.before)}")
-
-
-_SINGLE_THREADED = _SingleThreaded()
-
-
-class _ArrowOnJemalloc:
-    """Arrow's default memory pool set to jemalloc while any ingest runs, and the one before
-    put back when the last one ends. Ingest allocates and frees tens of MiB of Arrow buffers
-    a chunk; mimalloc (pyarrow's default) gives freed pages back to the system and takes
-    them again, zeroed, at a page fault each: a sixth of ingest's CPU went to page faults,
-    and with jemalloc their share fell by a quarter (no id log, perf samples). A buffer
-    keeps the pool it came from, so one made during an ingest is freed right after it. A
-    pyarrow without jemalloc keeps its pool."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
-        self.before: pa.MemoryPool | None = None
-
-    def __enter__(self) -> None:
-        with self.lock:
-            if self.users == 0:
-                try:
-                    pool = pa.jemalloc_memory_pool()
-                except NotImplementedError:
-                    pool = None
-                if pool is not None:
-                    self.before = pa.default_memory_pool()
-                    pa.set_memory_pool(pool)
-            self.users += 1
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0 and self.before is not None:
-                pa.set_memory_pool(self.before)
+                self.restore(self.before, *args)
                 self.before = None
 
+    @contextlib.contextmanager
+    def using(self, *args: Any) -> Iterator[None]:
+        self.enter(*args)
+        try:
+            yield
+        finally:
+            self.leave(*args)
 
-_ARROW_ON_JEMALLOC = _ArrowOnJemalloc()
+
+def _one_duckdb_thread(con: duckdb.DuckDBPyConnection) -> int:
+    """DuckDB's worker threads (a setting of the process's one database) set to 1; the
+    number before."""
+    before = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+    con.execute("SET threads = 1")
+    return before
+
+
+def _duckdb_threads(before: int, con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"SET threads = {int(before)}")
+
+
+def _arrow_on_jemalloc() -> pa.MemoryPool | None:
+    """Arrow's default memory pool set to jemalloc; the pool before (None: a pyarrow without
+    jemalloc keeps its pool). Ingest allocates and frees tens of MiB of Arrow buffers a
+    chunk; mimalloc (pyarrow's default) gives freed pages back to the system and takes them
+    again, zeroed, at a page fault each: a sixth of ingest's CPU went to page faults, and
+    with jemalloc their share fell by a quarter (no id log, perf samples). A buffer keeps
+    the pool it came from, so one made during an ingest is freed right after it."""
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        return None
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    return before
+
+
+# DuckDB on one thread while any read maps ahead (`_MapAhead`)
+_SINGLE_THREADED = _WhileInUse(_one_duckdb_thread, _duckdb_threads)
+# Arrow on jemalloc while any ingest runs
+_ARROW_ON_JEMALLOC = _WhileInUse(_arrow_on_jemalloc, pa.set_memory_pool)
 
 
 def _unknown_warning(format_name: str, unknown: Counter) -> list[str]:
