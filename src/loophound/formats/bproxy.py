@@ -381,7 +381,6 @@ def _lines_of(rows: pa.Table, t: np.ndarray) -> pa.Table:
     # column's chunks first (a filter keeps the same rows in the same order)
     taken = rows.select(["event_id", "line", "corr_id", *_PLACING_FIELDS]).filter(
         numpy_arrow(placing))
-    placing = np.flatnonzero(placing)
     return pa.table({
         "event_id": taken["event_id"], "line": taken["line"],
         "request": numpy_arrow(request[placing]), "response": numpy_arrow(response[placing]),
