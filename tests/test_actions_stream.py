@@ -4,11 +4,15 @@ sorted at once, as they were before, and the findings must not depend on the chu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 
 from loophound import db
 from loophound.detect import actions as ac
@@ -161,3 +165,81 @@ def test_chunks_of_groups_hold_at_most_so_many_rows_or_one_group():
     assert ac.chunks([3, 4, 2], 100) == [(1, 3)]
     assert ac.chunks([5, 5], 1) == [(1, 1), (2, 2)]
     assert ac.chunks([], 10) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# which groups are read: only those whose calls could hold a loop of a detector that asked
+
+
+def _group(keys: list[int], failing: set[int], cut: list[bool]) -> ac.Sequences:
+    """One (actor, session)'s calls, the i-th the call `keys[i]` (failed: in `failing`), a
+    second apart, with something said to the actor before those where `cut` is true."""
+    n = len(keys)
+    g, t, eid = np.ones(n, dtype=np.int32), np.arange(n, dtype=np.int64) * 1000, np.arange(n)
+    key = np.array(keys, dtype=np.uint64)
+    own, told = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    cuts = ac.interruptions(g, own, told, np.ones(n, dtype=bool)) | np.array(cut, dtype=bool)
+    return ac.Sequences(
+        groups={1: ("agent", "s1")}, g=g, t=t, event_id=eid, akey=key, fkey=key,
+        known=np.ones(n, dtype=bool), erred=np.isin(key, list(failing)), loose=eid, cut=cuts,
+        rows={"g": g, "t": t, "event_id": eid, "own": own, "told": told}, pos=None)
+
+
+def _could(search: ac.Search, params, keys: list[int], failing: set[int]) -> bool:
+    """CANDIDATES' condition for the group, as DuckDB evaluates it over its distinct calls."""
+    counts = {k: keys.count(k) for k in set(keys)}
+    con = duckdb.connect()
+    con.execute("CREATE TABLE calls (k BIGINT, erred BOOLEAN)")
+    con.executemany("INSERT INTO calls VALUES (?, ?)", [[n, k in failing] for k, n in counts.items()])
+    return con.execute(f"SELECT max(k) >= 2 AND ({search.could(params)}) FROM calls").fetchone()[0]
+
+
+@settings_(max_examples=300, deadline=None)
+@given(keys=st.lists(st.integers(0, 3), min_size=1, max_size=24), failing=st.sets(st.integers(0, 3)),
+       cut=st.lists(st.booleans(), min_size=24, max_size=24),
+       min_cycles=st.sampled_from([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, float("nan")]),
+       min_count=st.integers(1, 5))
+def test_a_group_that_is_not_read_holds_nothing_either_detector_would_find(
+        keys, failing, cut, min_cycles, min_count):
+    """A condition too strict would silently drop loops: wherever repeated_action or
+    alternating_action finds something in a group, its condition holds for that group."""
+    p = settings()
+    runs_p = dataclasses.replace(p["repeated_action"], min_count=min_count)
+    cycles_p = dataclasses.replace(p["alternating_action"], min_cycles=min_cycles)
+    seq = _group(keys, failing, cut[:len(keys)])
+    if ra.runs_in(seq, runs_p):
+        assert _could(ra.SEARCH, runs_p, keys, failing)
+    if aa.stretches_in(seq, cycles_p):
+        assert _could(aa.SEARCH, cycles_p, keys, failing)
+
+
+def test_a_storm_of_one_failing_call_is_read_by_neither():
+    p = settings()
+    storm = [9] * 50 + [1, 2, 3]  # one call failing 50 times, three others once each
+    for search, params in ((ra.SEARCH, p["repeated_action"]), (aa.SEARCH, p["alternating_action"])):
+        assert not _could(search, params, storm, {9})
+    # the same calls succeeding are a run; two calls taking turns, a cycle
+    assert _could(ra.SEARCH, p["repeated_action"], storm, set())
+    assert _could(aa.SEARCH, p["alternating_action"], [1, 2] * 3, {1, 2})
+    assert aa.stretches_in(_group([1, 2] * 3, {1, 2}, [False] * 6), p["alternating_action"])
+
+
+def test_the_findings_are_those_of_every_group_read(store, monkeypatch):
+    """On sessions of healthy and looping agents and the storm of the bproxy sample, reading
+    only the groups that could hold a loop finds what reading all of them finds."""
+    def found() -> list:
+        return [(f.key, f.severity, f.summary, f.claim_params) for f in
+                run_detectors(store.connect(), settings(), ["repeated_action", "alternating_action"])]
+
+    def groups(could: str) -> int:
+        return len(store.connect().sql(ac.CANDIDATES.format(could=could),
+                                       params={"kinds": list(ac.ACTION_KINDS)}).fetchall())
+
+    p = settings()
+    could = f"({ra.could_repeat(p['repeated_action'])}) OR ({aa.could_cycle(p['alternating_action'])})"
+    assert 0 < groups(could) < groups(ac.ANY_GROUP)
+    chosen = found()
+    assert len(chosen) >= 4
+    monkeypatch.setattr(ra, "SEARCH", ac.Search(ra.runs_in, lambda p: ac.ANY_GROUP))
+    monkeypatch.setattr(aa, "SEARCH", ac.Search(aa.stretches_in, lambda p: ac.ANY_GROUP))
+    assert found() == chosen

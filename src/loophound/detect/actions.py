@@ -44,19 +44,34 @@ TOLD_KINDS = ("message", "room_post", "request", "trigger")
 # the actor's own lines between its actions: the turns a loop pays for
 TURN_KINDS = ("llm_call", "message", "record")
 EPOCH = dt.datetime(1970, 1, 1)
-# a detector's search of a piece of the sequences (Sequences, its params): what it found there
-Finder = Callable[["Sequences", Any], list]
+# every (actor, session) with a repeated call is read (CANDIDATES' condition for all groups)
+ANY_GROUP = "true"
 
-# (actor, session) pairs with at least two calls of one kind (nothing shorter can loop), and
-# how many actions each made (`n`: the pair's own rows of SEQUENCE)
+
+@dataclass(frozen=True)
+class Search:
+    """A detector's search of the sequences. `find(piece, params)`: what it found in a piece;
+    `could(params)`: a condition (SQL over one group's distinct calls, each made `k` times,
+    `erred` or not) that holds for every group `find` could find something in. Only such
+    groups are read (CANDIDATES), so it must never be false where `find` would find."""
+
+    find: Callable[[Sequences, Any], list]
+    could: Callable[[Any], str]
+
+# (actor, session) pairs with at least two calls of one kind (nothing shorter can loop) whose
+# calls could hold a loop of a detector that asked (`{could}`: its condition over the pair's
+# distinct calls, each made `k` times, `erred` or not), and how many actions each made (`n`:
+# the pair's own rows of SEQUENCE). A storm of 600,000 failing calls is repeated_error's: no
+# loop of successful calls and no cycle of two calls is in it, and it is not read here.
 CANDIDATES = """
 SELECT actor, session, n, row_number() OVER (ORDER BY actor, session NULLS FIRST) AS g
 FROM (SELECT actor, session, CAST(sum(k) AS BIGINT) AS n FROM (
-    SELECT actor, session, count(*) AS k FROM events
+    SELECT actor, session, count(*) AS k,
+           error IS NOT NULL OR ok IS NOT DISTINCT FROM false AS erred FROM events
     WHERE list_contains($kinds, kind) AND ts IS NOT NULL AND actor IS NOT NULL
       AND action_key IS NOT NULL
     GROUP BY actor, session, action_key, result_key, ok, error)
-  GROUP BY actor, session HAVING max(k) >= 2)
+  GROUP BY actor, session HAVING max(k) >= 2 AND ({could}))
 """
 
 # The candidates' actions, and what others did in their sessions. `loose` is the arguments
@@ -359,15 +374,16 @@ def chunks(sizes: list[int], most: int) -> list[tuple[int, int]]:
     return out
 
 
-def pieces(con: duckdb.DuckDBPyConnection, chunk_rows: int | None = None) -> Iterator[Sequences]:
-    """The actions of every (actor, session) that made one call at least twice, a piece of
-    whole groups at a time: the groups of about `chunk_rows` actions (default CHUNK_ROWS)
-    are read together, each batch copied out of Arrow as it comes, and sorted in numpy, so
-    what Python holds is a chunk or the largest group, and DuckDB nothing (a sort in DuckDB
-    holds the whole result until the last row is read, beside Python's copy). Nothing may
-    use `con` while this runs."""
+def pieces(con: duckdb.DuckDBPyConnection, chunk_rows: int | None = None,
+           could: str = ANY_GROUP) -> Iterator[Sequences]:
+    """The actions of every (actor, session) that made one call at least twice and whose
+    calls `could` hold a loop (CANDIDATES), a piece of whole groups at a time: the groups of
+    about `chunk_rows` actions (default CHUNK_ROWS) are read together, each batch copied out
+    of Arrow as it comes, and sorted in numpy, so what Python holds is a chunk or the largest
+    group, and DuckDB nothing (a sort in DuckDB holds the whole result until the last row is
+    read, beside Python's copy). Nothing may use `con` while this runs."""
     kinds = list(ACTION_KINDS)
-    found = con.sql(CANDIDATES, params={"kinds": kinds}).to_arrow_table()
+    found = con.sql(CANDIDATES.format(could=could), params={"kinds": kinds}).to_arrow_table()
     if found.num_rows == 0:
         return
     rows = sorted(found.to_pylist(), key=lambda r: r["g"])  # g: 1, 2, …
@@ -420,27 +436,29 @@ def sorted_rows(reader) -> dict[str, np.ndarray]:
     return cols
 
 
-def want(con: duckdb.DuckDBPyConnection, name: str, params, find: Finder) -> None:
-    """Have the next pass over the sequences (`loops`) run `find(piece, params)` too: a
-    detector's `prepare`, so that the detectors of one scan share one pass."""
-    _pass(con)["wanted"][(name, repr(params))] = (find, params)
+def want(con: duckdb.DuckDBPyConnection, name: str, params, search: Search) -> None:
+    """Have the next pass over the sequences (`loops`) run `search` too: a detector's
+    `prepare`, so that the detectors of one scan share one pass."""
+    _pass(con)["wanted"][(name, repr(params))] = (search, params)
 
 
-def loops(con: duckdb.DuckDBPyConnection, name: str, params, find: Finder,
+def loops(con: duckdb.DuckDBPyConnection, name: str, params, search: Search,
           chunk_rows: int | None = None) -> list:
-    """What `find(piece, params)` returns for every piece of the sequences (`pieces`), one
-    list in (group, time) order. One pass serves the detector asking and every one that
-    asked before (`want`): the actions are sorted and read once a scan; redefining `con`'s
-    `events` forgets what was found."""
+    """What `search` finds in every piece of the sequences (`pieces`) of the groups it could
+    find something in, one list in (group, time) order. One pass serves the detector asking
+    and every one that asked before (`want`): the actions of the groups any of them could
+    find something in are sorted and read once a scan; redefining `con`'s `events` forgets
+    what was found."""
     state = _pass(con)
     key = (name, repr(params))
     if key not in state["found"]:
-        finders = state["wanted"] | {key: (find, params)}
+        searches = state["wanted"] | {key: (search, params)}
         state["wanted"] = {}
-        out: dict[tuple, list] = {k: [] for k in finders}
-        for piece in pieces(con, chunk_rows):
-            for k, (f, p) in finders.items():
-                out[k].extend(f(piece, p))
+        out: dict[tuple, list] = {k: [] for k in searches}
+        could = " OR ".join(f"({s.could(p)})" for s, p in searches.values())
+        for piece in pieces(con, chunk_rows, could):
+            for k, (s, p) in searches.items():
+                out[k].extend(s.find(piece, p))
         state["found"].update(out)
     return state["found"][key]
 

@@ -27,6 +27,7 @@ results, one below `high_cycles` or at no machine cadence (`machine_cv`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 import duckdb
@@ -40,6 +41,7 @@ from .actions import (
     Bounds,
     LoopParams,
     Pace,
+    Search,
     Sequences,
     Shape,
     Turns,
@@ -145,12 +147,24 @@ def stretches_in(seq: Sequences, p: Params) -> list[Found]:
                                 p.max_gap_s * 1000)]
 
 
+def could_cycle(p: Params) -> str:
+    """Where `stretches_in` could find a stretch: two different calls at least, each made
+    `min_cycles` times (rounded down) and once at least. A stretch [lo, hi) of a k-call cycle
+    has two different calls among its first k (its least period is k), each made once in
+    every k calls of it and hi - lo >= k * min_cycles, and one call again at least (a match)."""
+    least = max(1, math.floor(p.min_cycles)) if math.isfinite(p.min_cycles) else 1
+    return f"count(*) FILTER (WHERE k >= {least}) >= 2"
+
+
+SEARCH = Search(stretches_in, could_cycle)
+
+
 def prepare(con: duckdb.DuckDBPyConnection, p: Params) -> None:
-    want(con, "alternating_action", p, stretches_in)  # one pass with repeated_action
+    want(con, "alternating_action", p, SEARCH)  # one pass with repeated_action
 
 
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Cycle]:
-    found = loops(con, "alternating_action", p, stretches_in)
+    found = loops(con, "alternating_action", p, SEARCH)
     if not found:
         return []
     calls = first_calls(con, [i for f in found for i in f.steps])

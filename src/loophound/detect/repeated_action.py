@@ -47,6 +47,7 @@ from .actions import (
     Bounds,
     LoopParams,
     Pace,
+    Search,
     Sequences,
     Shape,
     Turns,
@@ -145,12 +146,21 @@ def runs_in(seq: Sequences, p: Params) -> list[Found]:
     return out
 
 
+def could_repeat(p: Params) -> str:
+    """Where `runs_in` could find a run: the same successful call made twice at least (a
+    run's pieces are two or more equal calls, none failed)."""
+    return "max(k) FILTER (WHERE NOT erred) >= 2"
+
+
+SEARCH = Search(runs_in, could_repeat)
+
+
 def prepare(con: duckdb.DuckDBPyConnection, p: Params) -> None:
-    want(con, "repeated_action", p, runs_in)  # one pass over the actions with alternating_action
+    want(con, "repeated_action", p, SEARCH)  # one pass over the actions with alternating_action
 
 
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Run]:
-    found = loops(con, "repeated_action", p, runs_in)
+    found = loops(con, "repeated_action", p, SEARCH)
     if not found:
         return []
     calls = first_calls(con, [i for f in found for i in f.calls])
