@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -53,6 +52,7 @@ from .lines import (
     records_batch,
 )
 from .normalise import key_sql
+from .process import WhileInUse
 from .schema import COLUMNS, QUARANTINE_COLUMNS, Column
 from .store import OUTCOME_COLUMNS, Store, create_batch_table
 
@@ -1815,40 +1815,6 @@ class _Mapping:
         return pa.concat_tables([table for table, _ in done]), unknown
 
 
-class _WhileInUse:
-    """A setting of the whole process, changed while anything uses it and put back when the
-    last user is done: `change(*args)` changes it and returns what to put back (None: it did
-    not change), `restore(before, *args)` puts that back. Several ingests at once, and the
-    cursors of a read's mapping, share the one change."""
-
-    def __init__(self, change: Callable[..., Any], restore: Callable[..., Any]):
-        self.change, self.restore = change, restore
-        self.lock = threading.Lock()
-        self.users = 0
-        self.before: Any = None
-
-    def enter(self, *args: Any) -> None:
-        with self.lock:
-            if self.users == 0:
-                self.before = self.change(*args)
-            self.users += 1
-
-    def leave(self, *args: Any) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0 and self.before is not None:
-                self.restore(self.before, *args)
-                self.before = None
-
-    @contextlib.contextmanager
-    def using(self, *args: Any) -> Iterator[None]:
-        self.enter(*args)
-        try:
-            yield
-        finally:
-            self.leave(*args)
-
-
 def _one_duckdb_thread(con: duckdb.DuckDBPyConnection) -> int:
     """DuckDB's worker threads (a setting of the process's one database) set to 1; the
     number before."""
@@ -1878,9 +1844,9 @@ def _arrow_on_jemalloc() -> pa.MemoryPool | None:
 
 
 # DuckDB on one thread while any read maps ahead (`_MapAhead`)
-_SINGLE_THREADED = _WhileInUse(_one_duckdb_thread, _duckdb_threads)
+_SINGLE_THREADED = WhileInUse(_one_duckdb_thread, _duckdb_threads)
 # Arrow on jemalloc while any ingest runs
-_ARROW_ON_JEMALLOC = _WhileInUse(_arrow_on_jemalloc, pa.set_memory_pool)
+_ARROW_ON_JEMALLOC = WhileInUse(_arrow_on_jemalloc, pa.set_memory_pool)
 
 
 def _unknown_warning(format_name: str, unknown: Counter) -> list[str]:

@@ -21,6 +21,7 @@ from .attribute.costs import CostModel, load_cost_model
 from .detect import DETECTORS, Finding, run_detectors, settings
 from .detect.base import SEVERITIES, param_docs
 from .incidents import DEFAULT_RULES
+from .process import GC_PAUSED
 from .runs import define_scan_views, save_in_folder, save_in_store
 from .store import Store
 from .watch import Tracked, previous_document, track
@@ -63,6 +64,7 @@ def method(params: dict, costs: CostModel) -> dict:
     }
 
 
+@GC_PAUSED.using()  # (loophound.process) a scan's garbage is the young kind
 def scan_store(store: Store, config_file: Path | None = None, overrides: list[str] = (),
                costs: CostModel | None = None, only: list[str] | None = None,
                alert_on: str = "high", lookback: dt.timedelta | None = None,
