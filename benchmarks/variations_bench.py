@@ -126,9 +126,13 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "exit": code,
 
 
 def child(code: str, *args: str, src: Path | None = None) -> dict:
-    env = None
+    # each row runs as its command does: `loophound` sets OPENBLAS_NUM_THREADS=1 for its own
+    # process (cli.run: numpy's idle BLAS threads spin for a while after numpy loads, 3 % of
+    # a scan's CPU samples), and the ingest and scan rows call the library it calls
+    env = dict(os.environ)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     if src is not None:  # another source tree's loophound, and its named queries if beside it
-        env = dict(os.environ, PYTHONPATH=str(src))
+        env["PYTHONPATH"] = str(src)
         if (src.parent / "queries").is_dir():
             env["LOOPHOUND_QUERIES"] = str(src.parent / "queries")
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
