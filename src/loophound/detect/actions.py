@@ -58,6 +58,7 @@ class Search:
     find: Callable[[Sequences, Any], list]
     could: Callable[[Any], str]
 
+
 # (actor, session) pairs with at least two calls of one kind (nothing shorter can loop) whose
 # calls could hold a loop of a detector that asked (`{could}`: its condition over the pair's
 # distinct calls, each made `k` times, `erred` or not), and how many actions each made (`n`:
