@@ -59,9 +59,10 @@ def test_an_unknown_model_is_unpriced_never_zero_and_a_price_file_overrides(tmp_
 
 
 def test_findings_claimed_together_or_one_by_one_are_the_same(tmp_path, monkeypatch):
-    """Attribution claims a detector's findings in one LATERAL statement; claimed one query a
-    finding (its fallback) every figure, cost to the last digit, is the same: dollars are
-    summed exactly, whatever order the claims come in."""
+    """Attribution claims a detector's findings in one LATERAL statement when it has more than
+    a few (CLAIM_ONE_BY_ONE); claimed one query a finding (the few, and the fallback) every
+    figure, cost to the last digit, is the same: dollars are summed exactly, whatever order
+    the claims come in."""
     import loophound.attribute as attribution
     from loophound.synth import write_samples
 
@@ -75,13 +76,19 @@ def test_findings_claimed_together_or_one_by_one_are_the_same(tmp_path, monkeypa
                           default=str)
 
     grouped = attribution._claim_together
-    took = []
+    took: list[tuple[int, bool]] = []  # (findings in the statement, claimed)
     monkeypatch.setattr(attribution, "_claim_together",
-                        lambda *args: took.append(grouped(*args)) or took[-1])
+                        lambda con, sql, members: took.append(
+                            (len(members), grouped(con, sql, members))) or took[-1][1])
+    by_default = document()  # a few a statement each, more in one
+    assert (True in {ok for _, ok in took}
+            and min(n for n, _ in took) > attribution.CLAIM_ONE_BY_ONE)
+    took.clear()
+    monkeypatch.setattr(attribution, "CLAIM_ONE_BY_ONE", 1)  # any two in one statement
     together = document()
-    assert True in took, "no finding was claimed together with another"
+    assert any(2 <= n <= 6 for n, ok in took if ok), "no few findings were claimed together"
     monkeypatch.setattr(attribution, "_claim_together", lambda *args: False)
-    assert json.loads(together)["findings"] and document() == together
+    assert json.loads(together)["findings"] and document() == together == by_default
 
 
 @pytest.mark.parametrize(("sql", "once"), [

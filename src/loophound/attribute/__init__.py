@@ -370,13 +370,21 @@ def _claim(con: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:
     con.execute("""CREATE OR REPLACE TEMP VIEW claims AS
         SELECT x.finding_id, c.event_id, c.fidx FROM _claims c JOIN _findx x USING (fidx)""")
     for sql, members in _claim_groups(findings, order):
-        if len(members) == 1 or not _claim_together(con, sql, [(i, findings[i]) for i in members]):
+        if (len(members) <= CLAIM_ONE_BY_ONE
+                or not _claim_together(con, sql, [(i, findings[i]) for i in members])):
             for i in members:
                 con.execute(f"INSERT INTO _claims SELECT {_distinct(sql)} {i}, event_id "
                             f"FROM ({sql})", findings[i].claim_params or None).fetchall()
     _claim_answer_lines(con)
 
 
+# Up to this many findings of one claim SQL are claimed a statement each: with its parameters
+# constants, DuckDB filters in the scan and skips row groups by their times, which the LATERAL
+# of `_claim_together` cannot (two repeated_error findings of the second-storm log: 0.09 s of
+# CPU against 0.20 s; two unusual_actor findings of the incident 0.012 s against 0.066 s);
+# beyond it, one statement for them all (226 findings a statement each took 11.5 s of an
+# 18.5 s scan). Copies of the incident's unusual_actor findings: even at six, LATERAL's at 12.
+CLAIM_ONE_BY_ONE = 6
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 # a claim that is one condition over `events` (no subquery, join or union in it: the shape
 # `claim_units` and most detectors write) names each event at most once, as the view has one
