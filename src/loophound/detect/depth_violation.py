@@ -170,16 +170,13 @@ class StuckLineage:
 def measure(con: duckdb.DuckDBPyConnection,
             p: Params) -> list[GuardEpisode | StuckEpisode | StuckLineage]:
     out: list[GuardEpisode | StuckEpisode | StuckLineage] = []
-    if any_hops(con):
-        rows = con.execute(SQL, {
-            "break_ms": p.break_s * 1000,
-            "max_hop_depth": p.max_hop_depth, "machine_ms": p.machine_reply_s * 1000,
-            "stuck_min": p.stuck_min,
-        }).fetchall()
-        cols = [d[0] for d in con.description]
-    else:
-        rows = []
+    rows = con.execute(SQL, {
+        "break_ms": p.break_s * 1000,
+        "max_hop_depth": p.max_hop_depth, "machine_ms": p.machine_reply_s * 1000,
+        "stuck_min": p.stuck_min,
+    }).fetchall() if any_hops(con) else []
     if rows:
+        cols = [d[0] for d in con.description]
         aliases = aliases_of(con)
         for row in rows:
             r = dict(zip(cols, row, strict=True))

@@ -49,6 +49,11 @@ aliases AS (
   QUALIFY row_number() OVER (PARTITION BY name ORDER BY n DESC, canon) = 1
 )"""
 
+# Where every hop starts (HOPS_CTE's `msg` and `post`): a message (or record) with a time, a
+# sender and a receiver; a room post with a time and a sender
+MESSAGE_SOURCE = "e.ts IS NOT NULL AND e.actor IS NOT NULL AND e.target IS NOT NULL"
+POST_SOURCE = "kind = 'room_post' AND ts IS NOT NULL AND actor IS NOT NULL"
+
 # Hops, in pair order, with the previous hop of the same pair and the episode number.
 # Parameter: $break_ms.
 HOPS_CTE = ALIASES_CTE + """,
@@ -59,7 +64,7 @@ msg AS (
   FROM (""" + events_of_kinds(MESSAGE_KINDS) + """) e
   LEFT JOIN aliases a1 ON a1.name = e.actor
   LEFT JOIN aliases a2 ON a2.name = e.target
-  WHERE e.ts IS NOT NULL AND e.actor IS NOT NULL AND e.target IS NOT NULL
+  WHERE """ + MESSAGE_SOURCE + """
 ),
 msg1 AS (  -- one row per message: the sender's own copy first
   SELECT *, count(*) OVER (PARTITION BY kind, sender, receiver, coalesce(corr_id, '#' || event_id))
@@ -74,7 +79,7 @@ post AS (  -- room posts, one per message id and room
          role, depth, corr_id,
          count(*) OVER (PARTITION BY coalesce(channel, target), coalesce(corr_id, '#' || event_id))
            AS copies
-  FROM events WHERE kind = 'room_post' AND ts IS NOT NULL AND actor IS NOT NULL
+  FROM events WHERE """ + POST_SOURCE + """
   QUALIFY row_number() OVER (PARTITION BY coalesce(channel, target), coalesce(corr_id, '#' || event_id)
                              ORDER BY event_id) = 1
 ),
@@ -112,14 +117,11 @@ hops AS (
   FROM hop2
 )"""
 
-# Whether HOPS_CTE has any row to start from: a message (or record) with a time, a sender and
-# a receiver (`msg`), or a room post with a time and a sender (`post`). Every hop comes from
-# one of them, so without any the hops are empty.
+# Whether HOPS_CTE has any row to start from: every hop comes from a message or a room post
+# its sources select, so without any the hops are empty.
 HOP_SOURCES = f"""
-SELECT EXISTS (SELECT 1 FROM ({events_of_kinds(MESSAGE_KINDS)}) e
-               WHERE e.ts IS NOT NULL AND e.actor IS NOT NULL AND e.target IS NOT NULL)
-    OR EXISTS (SELECT 1 FROM events WHERE kind = 'room_post' AND ts IS NOT NULL
-               AND actor IS NOT NULL)"""
+SELECT EXISTS (SELECT 1 FROM ({events_of_kinds(MESSAGE_KINDS)}) e WHERE {MESSAGE_SOURCE})
+    OR EXISTS (SELECT 1 FROM events WHERE {POST_SOURCE})"""
 
 
 def any_hops(con: duckdb.DuckDBPyConnection) -> bool:
