@@ -6,8 +6,7 @@
 -- param: limit = 20  -- rows to return
 -- param: file: str = null  -- only this input file, as named at ingest (default: every file)
 WITH copies AS (  -- a message both parties stored (same format, kind and id): the copies after the first
-  SELECT event_id FROM events
-  WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL
+  SELECT event_id FROM messages WHERE corr_id IS NOT NULL
   QUALIFY event_id <> min(event_id) OVER (PARTITION BY format, kind, corr_id)
 ),
 attempts AS (

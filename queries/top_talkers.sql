@@ -8,8 +8,7 @@
 -- param: file: str = null  -- only this input file (default: every file)
 -- param: no_actor = false  -- also list the lines that name no actor, as one row with no actor
 WITH copies AS (  -- a message both parties stored (same format, kind and id): the copies after the first
-  SELECT event_id FROM events
-  WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL
+  SELECT event_id FROM messages WHERE corr_id IS NOT NULL
   QUALIFY event_id <> min(event_id) OVER (PARTITION BY format, kind, corr_id)
 ),
 lines AS (

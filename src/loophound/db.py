@@ -35,6 +35,16 @@ def sql_list(values) -> str:
     return "[" + ", ".join(sql_literal(v) for v in values) + "]"
 
 
+def one_of(column: str, values: str = "$ids") -> str:
+    """SQL: `column` is one of the values of the list `values` (a parameter), for fetching a
+    few events by id. Written as a semi-join on the list unnested, which DuckDB evaluates in
+    the Parquet scan, so the other columns are read only for the rows that match;
+    `list_contains` (or IN with a list) only skips row groups by their statistics, and every
+    row of the others is read, then filtered (40 events by id of the incident's 1.27 M: 0.012
+    s of CPU against 0.033, the calls' arguments and results among the columns)."""
+    return f"{column} IN (SELECT unnest({values}))"
+
+
 # DuckDB's memory: LOOPHOUND_MEMORY_LIMIT (a DuckDB size: "2GB", "512MiB") overrides the default
 MEMORY_ENV = "LOOPHOUND_MEMORY_LIMIT"
 MIN_MEMORY, MAX_MEMORY = 256 * 2**20, 2**30

@@ -472,6 +472,17 @@ def parquet_select(con: duckdb.DuckDBPyConnection, files: list[str], columns) ->
     return f"SELECT {cols} WHERE false"
 
 
+def events_of_kinds(kinds) -> str:
+    """SQL, in place of a table: the `events` of `kinds` (our own names, never a log's), one
+    scan per kind. DuckDB evaluates an equality inside the Parquet scan, so the other columns
+    are read only for that kind's rows; a filter on several values (IN, OR, list_contains)
+    only skips row groups there, and every row's columns are read, then filtered: the
+    message detectors' pass over 10x the incident read every column of 12.7 M requests and
+    responses to keep its 20,000 `stats` records (1.9 s; 0.16 s so)."""
+    return " UNION ALL ".join(f"SELECT * FROM events WHERE kind = {db.sql_literal(k)}"
+                              for k in kinds)
+
+
 # Views other than `events` and `quarantine`: what detectors, queries and the report read.
 DERIVED_VIEWS = {
     # A request's outcome is on its own row: ingest writes its response's there when it
@@ -496,8 +507,8 @@ DERIVED_VIEWS = {
                  FROM events GROUP BY answers) a
         ON a.answers = q.event_id
       WHERE q.kind = 'request'""",
-    "messages": "SELECT * FROM events WHERE kind IN ('message', 'room_post')",
-    "triggers": "SELECT * FROM events WHERE kind IN ('trigger', 'session_start', 'session_end')",
+    "messages": events_of_kinds(("message", "room_post")),
+    "triggers": events_of_kinds(("trigger", "session_start", "session_end")),
     "llm_calls": "SELECT * FROM events WHERE kind = 'llm_call'",
 }
 
@@ -765,20 +776,9 @@ def _build_copies(con: duckdb.DuckDBPyConnection) -> int:
     con.execute("""CREATE OR REPLACE TEMP TABLE _copies AS
         SELECT event_id, canon FROM (
           SELECT event_id, min(event_id) OVER (PARTITION BY format, kind, corr_id) AS canon
-          FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL)
+          FROM messages WHERE corr_id IS NOT NULL)
         WHERE event_id <> canon""")
     return con.execute("SELECT count(*) FROM _copies").fetchall()[0][0]
-
-
-def events_of_kinds(kinds) -> str:
-    """SQL, in place of a table: the `events` of `kinds` (our own names, never a log's), one
-    scan per kind. DuckDB evaluates an equality inside the Parquet scan, so the other columns
-    are read only for that kind's rows; a filter on several values (IN, OR, list_contains)
-    only skips row groups there, and every row's columns are read, then filtered: the
-    message detectors' pass over 10x the incident read every column of 12.7 M requests and
-    responses to keep its 20,000 `stats` records (1.9 s; 0.16 s so)."""
-    return " UNION ALL ".join(f"SELECT * FROM events WHERE kind = {db.sql_literal(k)}"
-                              for k in kinds)
 
 
 def event_kinds(con: duckdb.DuckDBPyConnection) -> set[str]:

@@ -481,8 +481,8 @@ def _evidence(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     first three unit events by time and its last)."""
     wanted = sorted({e for _, first, last in ends for e in [*first, last]})
     where = dict(((r[0]), {"file": r[1], "line": r[2]}) for r in con.execute(
-        "SELECT event_id, file, line FROM events WHERE list_contains(?, event_id)",
-        [wanted]).fetchall()) if wanted else {}
+        "SELECT event_id, file, line FROM events WHERE " + db.one_of("event_id"),
+        {"ids": wanted}).fetchall()) if wanted else {}
     picks = {fidx: ([where[e] for e in first if e in where], where.get(last))
              for fidx, first, last in ends}
     out = {}

@@ -116,12 +116,12 @@ WHERE e.session IS NOT DISTINCT FROM r.session AND e.ts > r.lo AND e.ts <= r.unt
 GROUP BY r.i
 """
 
-FIRST = """SELECT event_id, file, line, action, action_key, args, result, error
-           FROM events WHERE list_contains($ids, event_id)"""
+FIRST = f"""SELECT event_id, file, line, action, action_key, args, result, error
+            FROM events WHERE {db.one_of("event_id")}"""
 
 # when these calls were answered (the response a format joined to each)
-ANSWERED = """SELECT answers, max(epoch_ms(ts)) FROM events
-              WHERE kind = 'response' AND list_contains($ids, answers) GROUP BY answers"""
+ANSWERED = f"""SELECT answers, max(epoch_ms(ts)) FROM events
+               WHERE kind = 'response' AND {db.one_of("answers")} GROUP BY answers"""
 
 
 def claim_sql(kinds: tuple[str, ...]) -> str:

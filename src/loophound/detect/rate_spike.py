@@ -592,7 +592,7 @@ def _marks(con: duckdb.DuckDBPyConnection, ids: np.ndarray, i: int, j: int, cad:
         picks.append((int(ids[i + cad["longest_run_start"]]), "cadence"))
     picks.append((int(ids[j]), "last"))
     rows = dict((r[0], (r[1], r[2])) for r in con.execute(
-        "SELECT event_id, file, line FROM events WHERE list_contains($ids, event_id)",
+        "SELECT event_id, file, line FROM events WHERE " + db.one_of("event_id"),
         {"ids": [e for e, _ in picks]}).fetchall())
     out = [Mark(what, *rows[e]) for e, what in picks if e in rows]
     if guarded:

@@ -109,7 +109,8 @@ FROM events WHERE list_contains(['message', 'room_post', """ + ", ".join(
     f"'{k}'" for k in ACTION_KINDS) + """], kind) AND actor IS NOT NULL
 """
 
-FIRST = "SELECT event_id, file, line, {text} AS body FROM events e WHERE list_contains($ids, event_id)"
+FIRST = ("SELECT event_id, file, line, {text} AS body FROM events e WHERE "
+         + db.one_of("event_id"))
 
 
 

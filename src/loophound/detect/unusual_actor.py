@@ -201,7 +201,7 @@ def windows(con: duckdb.DuckDBPyConnection, p: Params, copies: str = "") -> list
     if len(keep):
         ids = [int(x) for x in g["first_event"][keep]]
         names = {r[0]: r[1:] for r in con.execute(
-            "SELECT event_id, format, actor, session FROM events WHERE list_contains($ids, event_id)",
+            "SELECT event_id, format, actor, session FROM events WHERE " + db.one_of("event_id"),
             {"ids": ids}).fetchall()}
     rows = []
     for i in keep:

@@ -344,7 +344,7 @@ def load(con: duckdb.DuckDBPyConnection, guards: list[Guard], reply_within_s: fl
     # attribution counts them) are not actions and are not judged
     copies = con.sql("""SELECT g.pos, f.pos AS first FROM (
         SELECT event_id, min(event_id) OVER (PARTITION BY format, kind, corr_id) AS canon
-        FROM events WHERE kind IN ('message', 'room_post') AND corr_id IS NOT NULL) c
+        FROM messages WHERE corr_id IS NOT NULL) c
         JOIN _guard_ev g USING (event_id) JOIN _guard_ev f ON f.event_id = c.canon
         WHERE c.event_id <> c.canon""").to_arrow_table()
     copy_pos = arrow_numpy(copies["pos"]).astype(np.int64)
@@ -416,8 +416,7 @@ def _links(con: duckdb.DuckDBPyConnection, reply_within_s: float) -> tuple[np.nd
                    SELECT g.pos, e.kind, e.actor, e.target, e.session, e.parent_id, e.ts,
                           e.corr_id, e.event_id,
                           min(e.event_id) OVER (PARTITION BY e.kind, e.corr_id) AS canon
-                   FROM events e JOIN _guard_ev g USING (event_id)
-                   WHERE e.kind IN ('message', 'room_post'))
+                   FROM messages e JOIN _guard_ev g USING (event_id))
                  WHERE corr_id IS NULL OR event_id = canon)
         SELECT p.pos AS parent, c.pos AS child FROM named c
           JOIN causes p ON p.corr_id = c.parent_id AND p.format = c.format

@@ -892,9 +892,9 @@ def _sequence(con, f: dict) -> Sequence | None:
     ids, total = _first_claimed(con, f["id"], SEQUENCE_STEPS)
     if not ids:
         return None
-    rows = con.execute("""
+    rows = con.execute(f"""
       SELECT event_id, ts, actor, target, role, depth, file, line FROM events
-      WHERE list_contains($ids, event_id) ORDER BY ts NULLS LAST, event_id""",
+      WHERE {db.one_of("event_id")} ORDER BY ts NULLS LAST, event_id""",
                        {"ids": ids}).fetchall()
     d = f["details"]
     pair = [p for p in (d.get("pair") or []) if p is not None]
