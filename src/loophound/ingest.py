@@ -53,7 +53,7 @@ from .lines import (
 )
 from .normalise import key_sql
 from .process import WhileInUse
-from .schema import COLUMNS, QUARANTINE_COLUMNS, Column
+from .schema import COLUMNS, COSTLY_TO_READ, QUARANTINE_COLUMNS, Column
 from .store import OUTCOME_COLUMNS, Store, create_batch_table
 
 HEAD_LEN = 4096
@@ -1246,8 +1246,9 @@ RECENT = 4  # a file's newest batches, where formats look first for what a new l
 # log: 15.2 MB instead of 20.5, writing 0.40 s of CPU instead of 0.49, and its scan 9-14 %
 # faster (zstd's decoding was 12 % of the scan's CPU samples).
 EVENTS_PARQUET = {
-    "compression": {c.name: "zstd" if c.name == "corr_id" else "lz4" for c in COLUMNS},
-    "use_dictionary": [c.name for c in COLUMNS if c.sql_type == "VARCHAR" and c.name != "corr_id"],
+    "compression": {c.name: "zstd" if c.name in COSTLY_TO_READ else "lz4" for c in COLUMNS},
+    "use_dictionary": [c.name for c in COLUMNS
+                       if c.sql_type == "VARCHAR" and c.name not in COSTLY_TO_READ],
     "column_encoding": {c.name: "DELTA_BINARY_PACKED" for c in COLUMNS
                         if c.sql_type in ("BIGINT", "INTEGER", "TIMESTAMP")},
 }

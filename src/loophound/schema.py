@@ -66,6 +66,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("extra", "VARCHAR", "JSON object of the fields no column above holds"),
 )
 
+# Columns large and unique row by row (a request id on every line): ingest stores them
+# zstd-compressed, without a dictionary, and a pass that needs them only for some kinds reads
+# them over those kinds alone (coverage.py); a scan reads every other column many times.
+COSTLY_TO_READ: tuple[str, ...] = ("corr_id",)
+
 QUARANTINE_COLUMNS: tuple[Column, ...] = (
     Column("file", "VARCHAR", "input file"),
     Column("line", "BIGINT", "1-based line number"),
