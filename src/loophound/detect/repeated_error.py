@@ -212,12 +212,18 @@ def masked_errors(raw: np.ndarray, errors, order: np.ndarray) -> tuple[np.ndarra
 
 
 def masked_numbers(raw: np.ndarray, texts: dict) -> np.ndarray:
-    """`masked_errors` given each hash's text (`texts`: hash → error text)."""
-    hashes, inverse = np.unique(raw, return_inverse=True)
+    """`masked_errors` given each hash's text (`texts`: hash → error text; a hash it does not
+    hold is an error with no text). Each attempt's hash is looked up among the few known
+    ones (a binary search): numbering the distinct hashes of the attempts themselves sorted
+    all of them, 0.1 s of CPU for a storm's 612,000."""
+    known = np.array(sorted(texts), dtype=raw.dtype)
     ids: dict[str | None, int] = {}
-    number = np.array([ids.setdefault(mask(texts.get(h)), len(ids)) for h in hashes],
-                      dtype=np.int64)
-    return number[inverse]
+    number = np.array([ids.setdefault(mask(texts[h]), len(ids)) for h in known.tolist()]
+                      + [ids.setdefault(mask(None), len(ids))], dtype=np.int64)
+    if not len(known):
+        return np.full(len(raw), number[-1], dtype=np.int64)
+    at = np.minimum(np.searchsorted(known, raw), len(known) - 1)
+    return np.where(known[at] == raw, number[at], number[-1])
 
 
 def gap_figures(times_ms: np.ndarray) -> Gaps:
