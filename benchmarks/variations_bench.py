@@ -100,6 +100,7 @@ elif kind == "scan":
                "repeated_error_count": len(runs)}
 t2 = time.perf_counter()
 own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+result["loophound"] = sys.modules["loophound"].__file__ if "loophound" in sys.modules else None
 print(json.dumps(result | {"seconds": t2 - t1, "with_imports": t2 - t0,
       "cpu_seconds": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
       "peak_rss_mb": own.ru_maxrss / 1024}))
@@ -120,6 +121,7 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
         code = exc.code or 0
 own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"seconds": time.perf_counter() - t0, "exit": code,
+                  "loophound": sys.modules["loophound"].__file__,
                   "cpu_seconds": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
                   "peak_rss_mb": own.ru_maxrss / 1024}))
 """
@@ -139,7 +141,15 @@ def child(code: str, *args: str, src: Path | None = None) -> dict:
                          env=env)
     if res.returncode != 0:
         return {"error": (res.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    if src is not None and out.get("loophound") and not Path(out["loophound"]).resolve(
+            ).is_relative_to(src.resolve()):
+        # an install that puts its own source before PYTHONPATH (an editable install's
+        # import hook) would compare the code with itself
+        sys.exit(f"--against {src}: the child imported loophound from {out['loophound']}; "
+                 "install loophound so that PYTHONPATH comes first (pip install -e . "
+                 "--config-settings editable_mode=compat) or use a venv without it")
+    return out
 
 
 def wall(cmd: list[str]) -> tuple[float, float, str]:
