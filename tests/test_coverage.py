@@ -109,42 +109,35 @@ def test_the_samples_name_what_was_not_read(sample_doc):
 
 
 def _measured_in_one_pass(con) -> dict:
-    """What `coverage.measure` counts, as one filtered aggregate per figure over every event:
-    the definition its passes must add up to."""
+    """What `coverage.measure` counts, as one filtered count per figure over every event (by
+    input): the definition its passes must add up to."""
     from loophound.coverage import FIELDS
     from loophound.detect import DETECTORS
 
-    out = {}
-    for (input_id,) in con.execute("SELECT DISTINCT input_id FROM inputs").fetchall():
-        where = f"event_id >> 32 = {int(input_id)}"
-        (events,) = con.execute(f"SELECT count(*) FROM events WHERE {where}").fetchall()[0]
-        if not events:
-            continue
-        shares = {name: round(con.execute(f"SELECT count(*) FILTER (WHERE {sql}) FROM events "
-                                          f"WHERE {where}").fetchall()[0][0] / events, 4)
-                  for name, sql in FIELDS.items()}
-        judged = {}
-        for name, d in DETECTORS.items():
-            needs = " AND ".join("(" + " OR ".join(f"{c} IS NOT NULL" for c in group) + ")"
-                                 for group in d.needs)
-            kinds = ", ".join(f"'{k}'" for k in d.reads)
-            judged[name] = con.execute(f"SELECT count(*) FROM events WHERE {where} AND "
-                                       f"kind IN ({kinds}) AND {needs}").fetchall()[0][0]
-        out[input_id] = (events, shares, judged)
-    return out
+    def per_input(condition: str) -> dict[int, int]:
+        return dict(con.execute(f"SELECT CAST(event_id >> 32 AS INTEGER), count(*) FILTER "
+                                f"(WHERE {condition}) FROM events GROUP BY 1").fetchall())
+
+    events = per_input("true")
+    shares = {name: per_input(sql) for name, sql in FIELDS.items()}
+    judged = {}
+    for name, d in DETECTORS.items():
+        needs = " AND ".join("(" + " OR ".join(f"{c} IS NOT NULL" for c in group) + ")"
+                             for group in d.needs)
+        kinds = ", ".join(f"'{k}'" for k in d.reads)
+        judged[name] = per_input(f"kind IN ({kinds}) AND {needs}")
+    return {i: (n, {f: round(shares[f][i] / n, 4) for f in FIELDS},
+                {d: judged[d][i] for d in DETECTORS}) for i, n in events.items()}
 
 
-def test_each_figure_is_counted_over_the_events_that_carry_it(tmp_path):
+def test_each_figure_is_counted_over_the_events_that_carry_it(sample_doc):
     """A column costly to read that only some kinds' detectors need (`corr_id`, for repair
     attempts) is measured in a pass over those kinds alone; every share and every count of
     judged events is still that of one pass over every event."""
     from loophound import coverage
     from loophound.store import Store
 
-    done = CliRunner().invoke(app, ["ingest", str(ROOT / "sample_logs"), "--store",
-                                    str(tmp_path / "st")])
-    assert done.exit_code == 0, done.output
-    con = Store(tmp_path / "st").connect()
+    con = Store(sample_doc[1].parent / "st").connect()
     flags = list(dict.fromkeys([*coverage.FIELDS.values(), "corr_id IS NOT NULL",
                                 "depth IS NOT NULL"]))
     first, *apart = coverage._flag_passes(flags)
@@ -153,7 +146,6 @@ def test_each_figure_is_counted_over_the_events_that_carry_it(tmp_path):
     assert any("kind = 'repair_attempt'" in source and flags.index("corr_id IS NOT NULL") in got
                for source, got in apart)
     got = {c.input_id: (c.events, c.shares, c.judged_by) for c in coverage.measure(con)}
-    expected = _measured_in_one_pass(con)
-    assert got == expected
+    assert got == _measured_in_one_pass(con)
     assert any(judged["repair_loop"] for _, _, judged in got.values())
     assert any(judged["depth_violation"] for _, _, judged in got.values())
