@@ -383,15 +383,12 @@ def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
 def _with_who(con: duckdb.DuckDBPyConnection) -> None:
     """`_event_facts` with who acted on what (actor, target, model, error): a scan made
     without a report in mind (`scan_store(for_report=False)`) left them out."""
-    if "actor" not in _fact_columns(con):
+    has = {c for (c,) in con.execute(
+        "SELECT column_name FROM (DESCRIBE _event_facts)").fetchall()}
+    if "actor" not in has:
         con.execute("""CREATE OR REPLACE TEMP TABLE _event_facts AS
             SELECT f.*, e.actor, e.target, e.model, e.error
             FROM _event_facts f JOIN events e USING (event_id)""")
-
-
-def _fact_columns(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {c for (c,) in con.execute(
-        "SELECT column_name FROM (DESCRIBE _event_facts)").fetchall()}
 
 
 def _hours(seconds: float | None) -> float | None:
@@ -525,13 +522,12 @@ def _incident_inputs(con) -> dict[str, list[int]]:
 def _overlaps(con, labels: dict[str, str]) -> dict[str, list[tuple[str, int]]]:
     """For each incident, the other incidents that own lines its findings claim (and how
     many): one pass over the claims, those a finding claims and another owns (findings and
-    incidents by number). Such an event has two claims or more, which a scan's facts mark
+    incidents by number). Such an event has two claims or more, which the facts mark
     (`shared`): the claims are joined to those few events, not to every event (a storm's
-    1.27 M: 0.11 s of CPU). A saved run's facts (`runs.run_connection`) do not mark them."""
-    facts = "(FROM _event_facts WHERE shared)" if "shared" in _fact_columns(con) else "_event_facts"
-    rows = con.execute(f"""
+    1.27 M: 0.11 s of CPU). A saved run's facts mark every event (`runs.run_connection`)."""
+    rows = con.execute("""
       SELECT x.incident, o.incident, count(DISTINCT c.event_id)
-      FROM claims c JOIN {facts} e USING (event_id)
+      FROM claims c JOIN (FROM _event_facts WHERE shared) e USING (event_id)
       JOIN _rep_owner x ON x.fidx = c.fidx JOIN _rep_owner o ON o.fidx = e.fidx
       WHERE e.fidx <> c.fidx AND o.incident IS NOT NULL AND o.incident <> x.incident
       GROUP BY ALL ORDER BY ALL""").fetchall()
