@@ -144,11 +144,10 @@ def child(code: str, *args: str, src: Path | None = None) -> dict:
     out = json.loads(res.stdout.strip().splitlines()[-1])
     if src is not None and out.get("loophound") and not Path(out["loophound"]).resolve(
             ).is_relative_to(src.resolve()):
-        # an install that puts its own source before PYTHONPATH (an editable install's
-        # import hook) would compare the code with itself
-        sys.exit(f"--against {src}: the child imported loophound from {out['loophound']}; "
-                 "install loophound so that PYTHONPATH comes first (pip install -e . "
-                 "--config-settings editable_mode=compat) or use a venv without it")
+        # a PYTHONPATH without loophound in it (a wrong or missing path) falls back to the
+        # installed code, which would be compared with itself
+        sys.exit(f"--against {src}: the child imported loophound from {out['loophound']}, "
+                 f"not from {src}; point --against at the src folder of a checkout")
     return out
 
 
