@@ -91,6 +91,10 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=65_536, help="lines in the part")
     ap.add_argument("--rounds", type=int, default=11)
     args = ap.parse_args()
+    known = [v.name for v in VARIANTS]
+    unknown = [n for n in args.variants.split(",") if n not in known]
+    if unknown:
+        ap.error(f"unknown variant(s) {', '.join(unknown)}; the variants are {', '.join(known)}")
     print("| log | parse | keys | select | complete | mapping | mapping / parse |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="loophound-mapping-") as tmp:
