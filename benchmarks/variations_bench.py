@@ -403,15 +403,22 @@ def main() -> None:
     args = ap.parse_args()
     if args.scan_only and not args.keep:
         ap.error("--scan-only needs --keep DIR (where the stores are kept)")
-    compile_bytecode(args.against)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
-    work.mkdir(parents=True, exist_ok=True)
     # the big one first, then its scales, then the other shapes
     names = [n for n in args.variants.split(",") if n]
     names.sort(key=lambda n: n != args.big)
-    plan = [(variant(n), 1.0) for n in names[:1]]
-    plan += [(variant(args.big), float(s)) for s in args.scales.split(",") if s]
-    plan += [(variant(n), 1.0) for n in names[1:]]
+    try:
+        scales = [float(s) for s in args.scales.split(",") if s]
+    except ValueError:
+        ap.error(f"--scales takes numbers separated by commas (2,10); got {args.scales!r}")
+    try:
+        plan = [(variant(n), 1.0) for n in names[:1]]
+        plan += [(variant(args.big), scale) for scale in scales]
+        plan += [(variant(n), 1.0) for n in names[1:]]
+    except ValueError as exc:  # a name no variant has
+        ap.error(str(exc))
+    compile_bytecode(args.against)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="loophound-variations-"))
+    work.mkdir(parents=True, exist_ok=True)
     results = []
     try:
         for v, scale in plan:

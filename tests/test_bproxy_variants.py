@@ -182,3 +182,9 @@ def test_args_and_result_objects_are_columns_not_unknown_keys(tmp_path):
     assert json.loads(rows[0][0]) == {"scroll": {"by": {"dy": 600}}}
     assert json.loads(rows[1][1]) == {"data": {"scrolled": 600}}
     assert all("args" not in (e or "") and "result" not in (e or "") for _, _, e in rows)
+
+
+def test_a_variant_is_found_by_its_name_and_a_wrong_name_lists_the_names():
+    assert variant("reqId").id_key == "reqId" and variant("no_id").id_key is None
+    with pytest.raises(ValueError, match="no variant 'reqid': the variants are id, req_id, reqId"):
+        variant("reqid")  # names are exact: pino-http's key, not a spelling of it

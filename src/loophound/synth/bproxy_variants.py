@@ -65,7 +65,12 @@ VARIANTS = (
 
 
 def variant(name: str) -> Variant:
-    return next(v for v in VARIANTS if v.name == name)
+    """The variant called `name`; a ValueError naming the variants there are if none is."""
+    for v in VARIANTS:
+        if v.name == name:
+            return v
+    raise ValueError(f"no variant {name!r}: the variants are "
+                     f"{', '.join(v.name for v in VARIANTS)}")
 
 
 def _nest(depth: int, leaf: Record, *path: str) -> Record:
