@@ -38,7 +38,7 @@ import pyarrow as pa  # noqa: E402
 
 from loophound import db  # noqa: E402
 from loophound.formats import bproxy  # noqa: E402
-from loophound.formats.base import FormatContext, json_fields, struct_spec  # noqa: E402
+from loophound.formats.base import FormatContext  # noqa: E402
 from loophound.ingest import _Mapper  # noqa: E402
 from loophound.synth.bproxy_variants import VARIANTS, variant, write_bproxy_variant  # noqa: E402
 
@@ -63,11 +63,10 @@ def steps(part: pa.Table, log: Path) -> dict[str, Callable[[], object]]:
     con.register("raw", part)
     mapper = _Mapper(con, bproxy.FORMAT, FormatContext(log, log.name, 1))
     merge = mapper.merges_later()
-    spec = struct_spec(bproxy.FIELDS | json_fields(bproxy.KNOWN))
     mapper._find_unknown_keys(Counter(), merge=merge)
     mapped = con.sql(mapper.mapped_sql(), params={"file": log.name}).to_arrow_table()
     return {
-        "parse": lambda: con.sql(f"SELECT from_json(text, {spec}) AS r FROM raw").to_arrow_table(),
+        "parse": lambda: con.sql(f"SELECT from_json(text, {bproxy.STRUCT}) AS r FROM raw").to_arrow_table(),
         "keys": lambda: mapper._find_unknown_keys(Counter(), merge=merge),
         "select": lambda: con.sql(mapper.mapped_sql(), params={"file": log.name}).to_arrow_table(),
         "complete": lambda: mapper.completed(mapped),

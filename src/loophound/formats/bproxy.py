@@ -46,6 +46,8 @@ FIELDS = {
     "args": "JSON", "result": "JSON",
 }
 KNOWN = {"level", "hostname", "destructive", "delay_ms", "tab", "mode", "reason", "err", "msg"}
+# what a line is read as: the mapped fields typed, the documented others as raw JSON
+STRUCT = struct_spec(FIELDS | json_fields(KNOWN))
 EVENTS = {
     "received": "request", "response": "response", "pacing_wait": "lifecycle",
     "forwarded": "lifecycle", "replay": "lifecycle", "timeout": "lifecycle",
@@ -81,7 +83,7 @@ def select_sql(ctx: FormatContext) -> str:
       END AS parent_id,
       CASE WHEN r.event LIKE 'ws_%' THEN 'ws' ELSE 'http' END AS channel,
       {extra_json(KNOWN)} AS extra
-    FROM (SELECT *, from_json(text, {struct_spec(FIELDS | json_fields(KNOWN))}) AS r FROM raw)
+    FROM (SELECT *, from_json(text, {STRUCT}) AS r FROM raw)
     """
 
 
