@@ -242,7 +242,10 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 mapping: dict | None = None, spec: PathLike | None = None,
                 presets: Sequence[str] = (), sweep: str | None = None) -> Investigation:
     """Ingest, scan and report in one go. Without `store`, a temporary store holds exactly
-    `paths` and is removed at the end. With a `store` and no `paths`, the store as it is.
+    `paths` and is removed at the end, and the run is kept in memory only (the guards
+    document's `log.run` is then null): saving it there was written to be deleted unread,
+    a fifteenth of the command on the incident log. With a `store`, the run is saved in it;
+    with a `store` and no `paths`, the store as it is.
     With guards (a `spec` file and/or `presets`, optionally a `sweep`, as `guards` takes
     them) they are replayed over this scan and the report has the section "What would have
     stopped it"; the guards are checked before any log is read."""
@@ -266,11 +269,12 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 on_ingest(ingested)
         with step("detecting loops and attributing cost"):
             result = scan(store, config=config, settings=settings, prices=prices,
-                          cost_per_call=cost_per_call, for_report=True)
+                          cost_per_call=cost_per_call, for_report=True, save=tmp is None)
         replayed = None
         if plan is not None:
             with step("replaying the guards"):
-                saved = load_run(Store(store), result.saved_in) if result.saved_in else None
+                # the run saved in the store kept, or in the folder beside a read-only one
+                saved = load_run(Store(store), result.saved_in) if tmp is None else None
                 replayed = _replay(result, plan, saved.number if saved else None)
         with step("writing the report"):
             ready.join()
