@@ -6,7 +6,8 @@ one of them at 2× and 10×: no single file shape is what gets tuned.
 
 Per log, each measured command runs in a fresh process, and in each round the baseline, then
 loophound (ingest into a new store, then a scan of it: detect + attribute, as `loophound scan`
-does, not saved), then optionally `investigate` end to end; the medians are compared, because
+does, not saved), then optionally `investigate` end to end (as the quick start runs it, with
+a temporary store, and with `--store DIR`, which saves the run); the medians are compared, because
 these machines are noisy. The baseline is DuckDB's own default
 `COPY (SELECT * FROM read_json(file)) TO 'x.parquet'`; where DuckDB's default schema sample
 cannot read a file (a key first seen after the sample), it reads the whole file for its schema
@@ -21,9 +22,10 @@ With --query-only, only the query is timed (ingesting each log once into a store
     python benchmarks/variations_bench.py --query-only --repeat 7 --variants req_id,reqId,no_id
         --scales 10 --keep DIR
 
-`--investigate-only` times `investigate` end to end (ingest, scan, report) against DuckDB's
-default COPY, and with `--against SRC` the investigate of another source tree too, in the
-same rounds; `--ingest-only` the same for `ingest` alone:
+`--investigate-only` times `investigate` end to end (ingest, scan, report; as the quick start
+runs it, with a temporary store; `--kept-store`: with `--store DIR`, which also saves the run)
+against DuckDB's default COPY, and with `--against SRC` the investigate of another source
+tree too, in the same rounds; `--ingest-only` the same for `ingest` alone:
 
     python benchmarks/variations_bench.py --ingest-only --keep DIR --variants no_id
         --scales "" --against /tmp/main-before/src [--repeat 5]
@@ -106,13 +108,17 @@ print(json.dumps(result | {"seconds": t2 - t1, "with_imports": t2 - t0,
       "peak_rss_mb": own.ru_maxrss / 1024}))
 """
 
+# `investigate` as the quick start runs it (a temporary store, removed at the end), or with
+# `kept` as `--store DIR` runs it (the store kept, the scan's run saved in it)
 INVESTIGATE = r"""
 import contextlib, io, json, resource, sys, time
-log, out = sys.argv[1:3]
+log, out, where = sys.argv[1:4]
 t0 = time.perf_counter()
 from loophound.cli import run
 sys.argv = ["loophound", "investigate", log, "--out", f"{out}/incident.html",
-            "--store", f"{out}/store", "--generated-at", "2026-01-01T00:00:00Z"]
+            "--generated-at", "2026-01-01T00:00:00Z"]
+if where == "kept":
+    sys.argv += ["--store", f"{out}/store"]
 code = 0
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     try:
@@ -167,7 +173,8 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
               investigate: bool) -> dict:
     print(f"{name}: {log.stat().st_size / 2**20:,.0f} MiB, {key['lines']:,} lines, storms "
           f"{[s['requests'] for s in key['storms']]}", flush=True)
-    runs: dict[str, list[dict]] = {"baseline": [], "ingest": [], "scan": [], "investigate": []}
+    runs: dict[str, list[dict]] = {"baseline": [], "ingest": [], "scan": [], "investigate": [],
+                                   "investigate_kept": []}
     store = work / "store"
     for i in range(repeat):
         out = Path(tempfile.mkdtemp(dir=work))
@@ -176,10 +183,11 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
         shutil.rmtree(store, ignore_errors=True)
         runs["ingest"].append(child(RUNNER, "ingest", str(log), str(store), ""))
         runs["scan"].append(child(RUNNER, "scan", str(log), str(store), ""))
-        if investigate:
-            out = Path(tempfile.mkdtemp(dir=work))
-            runs["investigate"].append(child(INVESTIGATE, str(log), str(out)))
-            shutil.rmtree(out)
+        for side, where in (("investigate", "temporary"), ("investigate_kept", "kept")):
+            if investigate:
+                out = Path(tempfile.mkdtemp(dir=work))
+                runs[side].append(child(INVESTIGATE, str(log), str(out), where))
+                shutil.rmtree(out)
         print(f"  run {i + 1}: " + "   ".join(
             f"{k} {v[-1].get('seconds', float('nan')):6.2f} s ({v[-1].get('peak_rss_mb', 0):,.0f} MB)"
             + ("*" if v[-1].get("sample_size") == "whole file" else "")
@@ -204,6 +212,8 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
            "scan_over_ingest": med["scan"] / med["ingest"],
            "investigate_ratio": med["investigate"] / med["baseline"] if "investigate" in med
            else None,
+           "investigate_kept_ratio": med["investigate_kept"] / med["baseline"]
+           if "investigate_kept" in med else None,
            "findings": last.get("findings"), "incidents": last.get("incidents"),
            "repeated_error": last.get("repeated_error"),
            "repeated_error_count": last.get("repeated_error_count"),
@@ -211,8 +221,9 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
     print(f"  median: baseline {med['baseline']:.2f} s, ingest {med['ingest']:.2f} s "
           f"({out['ingest_ratio']:.2f}×), scan {med['scan']:.2f} s "
           f"({out['scan_over_ingest']:.2f}× ingest)"
-          + (f", investigate {med['investigate']:.2f} s ({out['investigate_ratio']:.2f}×)"
-             if out["investigate_ratio"] else "")
+          + (f", investigate {med['investigate']:.2f} s ({out['investigate_ratio']:.2f}×), "
+             f"with --store {med['investigate_kept']:.2f} s "
+             f"({out['investigate_kept_ratio']:.2f}×)" if out["investigate_ratio"] else "")
           + f"; repeated_error findings {out['repeated_error_count']} "
             f"({(out['repeated_error'] or [[None]])[0][0]} events), findings {out['findings']},"
             f" incidents {out['incidents']}; sql {out['sql_seconds']:.2f} s vs raw "
@@ -320,10 +331,12 @@ def medians(runs: dict[str, list[dict]], figure: str) -> dict[str, float]:
 
 
 def bench_against_baseline(name: str, log: Path, work: Path, repeat: int,
-                           against: Path | None, command: str = "investigate") -> dict:
+                           against: Path | None, command: str = "investigate",
+                           where: str = "temporary") -> dict:
     """`command` (`investigate` end to end: ingest, scan, report; or `ingest` alone; imports
     included) against DuckDB's default COPY of the same file, alternating in each round, each
-    in a fresh process; with `against`, that command of that source tree too."""
+    in a fresh process; with `against`, that command of that source tree too. `where`: the
+    store investigate uses, `temporary` (its default) or `kept` (`--store`)."""
     sides = {"baseline": None, command: None} | ({"against": against} if against else {})
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     for i in range(repeat):
@@ -335,7 +348,7 @@ def bench_against_baseline(name: str, log: Path, work: Path, repeat: int,
                 runs[side].append(child(RUNNER, "ingest", str(log), str(out / "store"), "",
                                         src=src))
             else:
-                runs[side].append(child(INVESTIGATE, str(log), str(out), src=src))
+                runs[side].append(child(INVESTIGATE, str(log), str(out), where, src=src))
             shutil.rmtree(out)
         print(f"  {name} run {i + 1}: " + "   ".join(
             f"{k} {v[-1].get('seconds', float('nan')):6.2f} s (CPU "
@@ -353,11 +366,12 @@ def bench_against_baseline(name: str, log: Path, work: Path, repeat: int,
 
 def table(results: list[dict]) -> str:
     rows = ["| log | MiB | lines | baseline | ingest | ratio | scan | scan / ingest | "
-            "investigate (ratio) | peak RSS ingest / scan | repeated_error findings (storm "
+            "investigate (ratio) / with --store | peak RSS ingest / scan | repeated_error findings (storm "
             "events) | sql / raw |", "|" + "---|" * 12]
     for r in results:
         m, rss = r["median_seconds"], r["peak_rss_mb"]
-        inv = (f"{m['investigate']:.1f} s ({r['investigate_ratio']:.2f}×)"
+        inv = (f"{m['investigate']:.1f} s ({r['investigate_ratio']:.2f}×) / "
+               f"{m['investigate_kept']:.1f} s ({r['investigate_kept_ratio']:.2f}×)"
                if r["investigate_ratio"] else "")
         storm = ", ".join(str(x[0]) for x in (r["repeated_error"] or []))
         base = f"{m['baseline']:.2f} s" + ("*" if r["baseline_sample_size"] != "default" else "")
@@ -391,6 +405,9 @@ def main() -> None:
                          "each log (with --keep: kept and reused)")
     ap.add_argument("--scan-only", action="store_true",
                     help="time the scan alone, on stores kept in --keep (ingested once)")
+    ap.add_argument("--kept-store", action="store_true",
+                    help="with --investigate-only: time `investigate --store DIR` (the run "
+                         "saved in a store that is kept), not the default temporary store")
     ap.add_argument("--investigate-only", action="store_true",
                     help="time only `investigate` end to end against DuckDB's default COPY "
                          "(and the --against tree's investigate)")
@@ -437,7 +454,8 @@ def main() -> None:
             if args.investigate_only or args.ingest_only:
                 results.append(bench_against_baseline(
                     name, log, work, args.repeat, args.against,
-                    "ingest" if args.ingest_only else "investigate"))
+                    "ingest" if args.ingest_only else "investigate",
+                    "kept" if args.kept_store else "temporary"))
                 continue
             timed = args.investigate == "all" or v.name in args.investigate.split(",")
             if args.query_only:
