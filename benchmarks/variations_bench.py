@@ -183,11 +183,11 @@ def bench_log(name: str, log: Path, key: dict, work: Path, repeat: int,
         shutil.rmtree(store, ignore_errors=True)
         runs["ingest"].append(child(RUNNER, "ingest", str(log), str(store), ""))
         runs["scan"].append(child(RUNNER, "scan", str(log), str(store), ""))
-        for side, where in (("investigate", "temporary"), ("investigate_kept", "kept")):
-            if investigate:
-                out = Path(tempfile.mkdtemp(dir=work))
-                runs[side].append(child(INVESTIGATE, str(log), str(out), where))
-                shutil.rmtree(out)
+        for side, where in (("investigate", "temporary"), ("investigate_kept", "kept")
+                            ) if investigate else ():
+            out = Path(tempfile.mkdtemp(dir=work))
+            runs[side].append(child(INVESTIGATE, str(log), str(out), where))
+            shutil.rmtree(out)
         print(f"  run {i + 1}: " + "   ".join(
             f"{k} {v[-1].get('seconds', float('nan')):6.2f} s ({v[-1].get('peak_rss_mb', 0):,.0f} MB)"
             + ("*" if v[-1].get("sample_size") == "whole file" else "")

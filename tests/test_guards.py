@@ -320,25 +320,6 @@ def test_investigate_with_guards_gives_the_report_with_the_section_in_one_comman
     assert section(html) == section(other.read_text(encoding="utf-8"))
     assert "hooks-cycle" in section(html) and "hooks-exclude-self" in section(html)
 
-
-def test_investigate_saves_its_run_only_in_a_store_that_is_kept(tmp_path):
-    """Without --store the run lives in memory (the temporary store is removed unread), so
-    the guards document's `log.run` names none; with one, the run is saved and named."""
-    hooks = [str(SAMPLES / "hooks")]
-    fleeting = api.investigate(hooks, tmp_path / "a.html", presets=["hooks-had"],
-                               generated_at="2026-01-01T00:00:00Z")
-    assert fleeting.guards["log"]["run"] is None and fleeting.report.path.exists()
-    kept = api.investigate(hooks, tmp_path / "b.html", store=tmp_path / "store",
-                           presets=["hooks-had"], generated_at="2026-01-01T00:00:00Z")
-    assert kept.guards["log"]["run"] == 1
-    assert api.load_run(Store(tmp_path / "store")).number == 1
-    assert fleeting.guards["guards"] == kept.guards["guards"]
-    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
-
-
-def test_investigate_with_guards_plain_and_bad_specs(tmp_path):
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "SOURCE_DATE_EPOCH": "1767225600"}
-    hooks = str(SAMPLES / "hooks")
     plain = tmp_path / "without.html"
     done = subprocess.run([*CLI, "investigate", hooks, "--out", str(plain)],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -356,6 +337,21 @@ def test_investigate_with_guards_plain_and_bad_specs(tmp_path):
         assert done.returncode == 2, options
         assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
         assert "reading the logs" not in done.stderr and not lost.exists()
+
+
+def test_investigate_saves_its_run_only_in_a_store_that_is_kept(tmp_path):
+    """Without --store the run lives in memory (the temporary store is removed unread), so
+    the guards document's `log.run` names none; with one, the run is saved and named."""
+    hooks = [str(SAMPLES / "hooks")]
+    fleeting = api.investigate(hooks, tmp_path / "a.html", presets=["hooks-had"],
+                               generated_at="2026-01-01T00:00:00Z")
+    assert fleeting.guards["log"]["run"] is None and fleeting.report.path.exists()
+    kept = api.investigate(hooks, tmp_path / "b.html", store=tmp_path / "store",
+                           presets=["hooks-had"], generated_at="2026-01-01T00:00:00Z")
+    assert kept.guards["log"]["run"] == 1
+    assert api.load_run(Store(tmp_path / "store")).number == 1
+    assert fleeting.guards["guards"] == kept.guards["guards"]
+    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes()
 
 
 GUARDS_AND_LIST = """

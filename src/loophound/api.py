@@ -243,8 +243,8 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 presets: Sequence[str] = (), sweep: str | None = None) -> Investigation:
     """Ingest, scan and report in one go. Without `store`, a temporary store holds exactly
     `paths` and is removed at the end, and the run is kept in memory only (the guards
-    document's `log.run` is then null): saving it there was written to be deleted unread,
-    a fifteenth of the command on the incident log. With a `store`, the run is saved in it;
+    document's `log.run` is then null): saving it there was written to be deleted unread
+    (0.5 s of 6.6 s on the 309 MB `reqId` log). With a `store`, the run is saved in it;
     with a `store` and no `paths`, the store as it is.
     With guards (a `spec` file and/or `presets`, optionally a `sweep`, as `guards` takes
     them) they are replayed over this scan and the report has the section "What would have
