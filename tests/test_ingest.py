@@ -749,3 +749,33 @@ def test_chunk_buffers_are_read_into_again_only_once_nothing_holds_them():
     assert third is not first and third is not second and len(buffers.buffers) == 2
     del held
     assert buffers.take(8) is first
+
+
+def test_a_pipelined_read_starts_and_ends_with_small_chunks():
+    """Ingest's reads of large files start with a small chunk (the mapping starts at once)
+    and halve their chunks towards the end (the last is finished alone): every byte is read
+    once, no chunk is larger than asked, and a size not known, or a file grown since its
+    size was taken, is read in whole chunks."""
+    from loophound.lines import (
+        CHUNK_BYTES,
+        FIRST_CHUNK_BYTES,
+        LAST_CHUNK_BYTES,
+        pipeline_chunk_bytes,
+    )
+
+    mib = 1 << 20
+    for total in (CHUNK_BYTES + 1, 40 * mib, 258 * mib, 324 * mib, 2350 * mib):
+        sizes, done = [], 0
+        while done < total:
+            sizes.append(pipeline_chunk_bytes(done, total))
+            done += sizes[-1]
+        assert done == total and sizes[0] == FIRST_CHUNK_BYTES
+        assert max(sizes) <= CHUNK_BYTES
+        assert sizes[-1] <= LAST_CHUNK_BYTES * 1.5 and sizes[-2] <= 2 * LAST_CHUNK_BYTES
+        assert sizes[1:-1] == sorted(sizes[1:-1], reverse=True)  # whole chunks, then halves
+        if total > 4 * CHUNK_BYTES:
+            assert sizes.count(CHUNK_BYTES) >= len(sizes) - 5
+    assert [pipeline_chunk_bytes(n, 0) for n in (0, 1, CHUNK_BYTES)] == [
+        FIRST_CHUNK_BYTES, CHUNK_BYTES, CHUNK_BYTES]
+    assert pipeline_chunk_bytes(50 * mib, 40 * mib) == CHUNK_BYTES  # grew since
+    assert pipeline_chunk_bytes(0, 10 * mib, chunk_bytes=1024) == 1024  # never above the chunk

@@ -158,13 +158,17 @@ def test_a_planted_storm_is_found_whatever_is_mixed_into_its_log(noise):
 @settings(max_examples=150, deadline=None)
 @given(lengths=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=30),
        last_newline=st.booleans(), chunk_bytes=st.integers(min_value=1, max_value=64),
-       max_line_bytes=st.integers(min_value=4, max_value=40))
+       max_line_bytes=st.integers(min_value=4, max_value=40),
+       pipelined=st.none() | st.integers(min_value=0, max_value=2000))
 def test_read_lines_accounts_for_every_byte_at_any_chunk_size(lengths, last_newline,
-                                                               chunk_bytes, max_line_bytes):
+                                                               chunk_bytes, max_line_bytes,
+                                                               pipelined):
     """Whatever the chunk size and the line-length limit, and wherever a long line's end
     falls (the last byte of a read among them), every line is a line of the batch or a
     rejected one, in order, with its exact offset and length; what is handed on as consumed
-    is exactly the file's bytes up to the watermark; an unterminated last line is pending."""
+    is exactly the file's bytes up to the watermark; an unterminated last line is pending.
+    So too when the chunks are sized for ingest's pipeline (`pipelined`: the size the file
+    was said to have, right or not)."""
     import hashlib
     import io
 
@@ -177,7 +181,8 @@ def test_read_lines_accounts_for_every_byte_at_any_chunk_size(lengths, last_newl
     state, consumed = ReadState(), hashlib.sha256()
     seen: list[tuple[int, int, int]] = []
     for batch in read_lines(io.BytesIO(data), state, chunk_bytes=chunk_bytes,
-                            max_line_bytes=max_line_bytes, on_consumed=consumed.update):
+                            max_line_bytes=max_line_bytes, on_consumed=consumed.update,
+                            pipelined=pipelined):
         t = batch.table
         seen += zip(t["line"].to_pylist(), t["byte_offset"].to_pylist(),
                     t["byte_length"].to_pylist(), strict=True)
