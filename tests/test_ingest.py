@@ -658,6 +658,25 @@ def test_finished_rows_are_put_together_by_event_id_whatever_order_finish_left()
         _beside(wide, pa.table({"event_id": [1, 2, 4], "kind": ["k1", "k2", "k4"]}))
 
 
+def test_finished_rows_are_cut_at_a_line_in_any_order():
+    """The rows finished up to a line and those held for the next chunk: slices of rows in
+    the order they were read (no copy), and the same rows, in their order, of rows that a
+    `finish` left in another order."""
+    import pyarrow as pa
+
+    from loophound.ingest import _cut
+
+    read = pa.table({"line": [1, 2, 2, 5, 9], "v": ["a", "b", "c", "d", "e"]})
+    done, held = _cut(read, 2)
+    assert done.column("v").to_pylist() == ["a", "b", "c"] and held["v"].to_pylist() == ["d", "e"]
+    assert done.column("v").chunk(0).buffers()[2].address == read["v"].chunk(0).buffers()[2].address
+    assert [t.num_rows for t in _cut(read, 0)] == [0, 5] and [t.num_rows for t in _cut(read, 9)] == [5, 0]
+    shuffled = read.take([3, 0, 4, 2, 1])
+    done, held = _cut(shuffled, 2)
+    assert done.to_pylist() == shuffled.filter(pa.array([False, True, False, True, True])).to_pylist()
+    assert held["v"].to_pylist() == ["d", "e"]
+
+
 @pytest.mark.parametrize("name", ["reqId", "no_id"])
 def test_a_batch_of_the_columns_finish_names_gives_the_events_of_a_batch_of_all(
         tmp_path, monkeypatch, name):

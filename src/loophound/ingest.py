@@ -1360,10 +1360,9 @@ class _ChunkSink:
         cutoff = int(lines.max()) if final else int(lines.max()) - HOLD_LINES
         if cutoff < int(lines.min()):  # nothing to write yet: finished with the next chunk
             return
-        finished = self.fmt.finish_rows(self.con, self.ctx, rows)
-        held = finished.filter(db.numpy_arrow(db.arrow_numpy(finished["line"]) > cutoff))
+        done, held = _cut(self.fmt.finish_rows(self.con, self.ctx, rows), cutoff)
         self.unfinished = [_as_schema(held, self.schema)] if held.num_rows else []
-        self._write_finished(self._finished(cutoff, finished))
+        self._write_finished(self._finished(cutoff, done))
 
     def _write_finished(self, table: pa.Table) -> None:
         """Index finished rows (every column), and write them."""
@@ -1376,24 +1375,16 @@ class _ChunkSink:
         else:
             self.queue.put(table)
 
-    def _finished(self, cutoff: int, finished: pa.Table | None = None) -> pa.Table:
-        """The rows of `batch` (or the rows `finish_rows` returned, `finished`) up to line
-        `cutoff`, every column: those of `batch` with the others of `pending` (which keeps the
-        rows after `cutoff`)."""
-        if finished is None:
+    def _finished(self, cutoff: int, done: pa.Table | None = None) -> pa.Table:
+        """The rows of `batch` (or those `finish_rows` returned up to `cutoff`, `done`) up to
+        line `cutoff`, every column: those of `batch` with the others of `pending` (which
+        keeps the rows after `cutoff`)."""
+        if done is None:
             done = self.con.sql(f"SELECT * FROM batch WHERE line <= {cutoff}").to_arrow_table()
-        else:
-            done = finished.filter(db.numpy_arrow(db.arrow_numpy(finished["line"]) <= cutoff))
         if self.columns is None:
             return done
         wide = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
-        lines = db.arrow_numpy(wide["line"])
-        if len(lines) < 2 or bool(np.all(lines[1:] >= lines[:-1])):  # as read: a prefix
-            k = int(np.searchsorted(lines, cutoff, side="right"))
-            head, rest = wide.slice(0, k), wide.slice(k)
-        else:
-            finished = db.numpy_arrow(lines <= cutoff)
-            head, rest = wide.filter(finished), wide.filter(pc.invert(finished))
+        head, rest = _cut(wide, cutoff)
         self.pending = [rest] if rest.num_rows else []
         return _beside(head, done)
 
@@ -1421,6 +1412,18 @@ class _ChunkSink:
         if self.failure:
             raise self.failure[0]
         return self.events
+
+
+def _cut(table: pa.Table, cutoff: int) -> tuple[pa.Table, pa.Table]:
+    """The rows of `table` up to line `cutoff`, and the rows after it. Slices when its lines
+    are in the order they were read (a chunk's rows are): a filter copied every column of
+    the chunk, 0.17 s of the ingesting thread on the `reqId` log."""
+    lines = db.arrow_numpy(table["line"])
+    if len(lines) < 2 or bool(np.all(lines[1:] >= lines[:-1])):
+        k = int(np.searchsorted(lines, cutoff, side="right"))
+        return table.slice(0, k), table.slice(k)
+    up_to = db.numpy_arrow(lines <= cutoff)
+    return table.filter(up_to), table.filter(pc.invert(up_to))
 
 
 def _as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
