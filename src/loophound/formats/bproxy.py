@@ -164,7 +164,9 @@ class _ById:
         self.answering = self.response | lifecycle
         self.code, self.ids = _codes(table["corr_id"])
         self.input = arrow_numpy(table["event_id"]) >> 32
-        self.files = np.unique(self.input)  # ascending
+        # ascending; a batch of one file (most are) without sorting its rows' ids
+        one = len(self.input) and self.input.min() == self.input.max()
+        self.files = self.input[:1] if one else np.unique(self.input)
         if len(self.files) < 2:  # one file: the id is the key
             self.key, self.keys = self.code, len(self.ids)
         else:  # several files read together: (file, id) numbered
