@@ -453,3 +453,22 @@ def test_sample_is_reproducible(tmp_path):
 
     assert write_otlp_traces(tmp_path, 7) == {k: v for k, v in KEY.items() if k != "dir"}
     assert (tmp_path / KEY["file"]).read_bytes() == (SAMPLE / KEY["file"]).read_bytes()
+
+
+@pytest.mark.parametrize("log", ["otlp/traces.json", "bproxy/2026-06-18.log"])
+def test_a_large_export_is_read_in_whole_chunks(tmp_path, monkeypatch, log):
+    """A read of a large file sizes its chunks for ingest's pipeline (a small first chunk,
+    smaller last ones), but not an OTLP export's: its span tree is resolved within a chunk,
+    and chunks ending elsewhere would cut spans from their ancestors elsewhere."""
+    from loophound import ingest as ingest_module
+
+    source = Path(__file__).resolve().parents[1] / "sample_logs" / log
+    monkeypatch.setattr(ingest_module, "GROUP_FILE_BYTES", 0)  # read alone
+    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", max(1024, source.stat().st_size // 4))
+    asked = []
+    read_lines = ingest_module.read_lines
+    monkeypatch.setattr(ingest_module, "read_lines",
+                        lambda *a, **kw: asked.append(kw.get("pipelined")) or read_lines(*a, **kw))
+    report = ingest([str(source)], Store(tmp_path / "st"))
+    assert report.files[0].events > 0 and len(asked) == 1
+    assert (asked[0] is None) == log.startswith("otlp")

@@ -796,12 +796,13 @@ def _read_into_store(path: Path, shown: str, store: Store, fmt: Format, known: K
         mapper = _Mapper(con, fmt, ctx, into="fresh")
         ahead = _MapAhead(fmt, ctx) if threaded else None
         try:
-            # threaded: the chunks feed the pipeline, sized for it, the file's size known
-            # unless it is compressed
+            # threaded: the chunks feed the pipeline, sized for it (unless the format
+            # resolves lines within a chunk), the file's size known unless it is compressed
             left = 0 if compressed else max(0, path.stat().st_size - state.next_offset)
+            pipelined = left if threaded and not fmt.whole_chunks else None
             chunks = read_lines(stream, state, chunk_bytes=CHUNK_BYTES, on_consumed=on_consumed,
                                 on_read=on_read, max_line_bytes=options.max_line_bytes,
-                                pipelined=left if threaded else None)
+                                pipelined=pipelined)
             chunks = _read_ahead(chunks) if threaded else chunks
             batch = next(chunks, None)
             mapping = ahead.submit(batch) if ahead and batch is not None else None

@@ -127,6 +127,11 @@ class Format:
     groupable: bool = False
     # Optional: warnings about how this file was read (a mapping key no line holds)
     notes: Callable[[FormatContext], list[str]] | None = None
+    # True when `finish` resolves a line only against the lines of the same read (OTLP's
+    # span tree): a large file is then read in whole chunks of CHUNK_BYTES, where the others
+    # are read in chunks sized for ingest's pipeline (a small first one, smaller last ones),
+    # whose ends are elsewhere and would cut more spans from their ancestors.
+    whole_chunks: bool = False
 
 
 sql_str = sql_literal  # the formats' name for it

@@ -366,6 +366,7 @@ FORMAT = Format(
     select_sql=select_sql,
     mapped_keys=frozenset({"resourceSpans"}),
     finish=finish,
+    whole_chunks=True,
     sub_bits=SUB_BITS,
     priority=30,
 )
