@@ -165,8 +165,8 @@ class _ById:
         self.code, self.ids = _codes(table["corr_id"])
         self.input = arrow_numpy(table["event_id"]) >> 32
         # ascending; a batch of one file (most are) without sorting its rows' ids
-        one = len(self.input) and self.input.min() == self.input.max()
-        self.files = self.input[:1] if one else np.unique(self.input)
+        several = len(self.input) and self.input.min() != self.input.max()
+        self.files = np.unique(self.input) if several else self.input[:1]
         if len(self.files) < 2:  # one file: the id is the key
             self.key, self.keys = self.code, len(self.ids)
         else:  # several files read together: (file, id) numbered
