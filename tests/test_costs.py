@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loophound.attribute.costs import load_cost_model, table_version
 from loophound.ingest import IngestOptions, ingest
@@ -148,20 +150,44 @@ def test_facts_made_a_range_of_event_ids_at_a_time_are_those_made_at_once(tmp_pa
     con = store.connect()
     findings = run_detectors(con, settings())
 
-    def attributed(c) -> tuple:
-        out, totals = attribution.attribute(c, findings)
+    def attributed(c, keep: bool = True) -> tuple:
+        out, totals = attribution.attribute(c, findings, keep_facts=keep)
         return ([(a.events, a.lines, a.bytes, a.tokens, a.cost_usd, a.cost_status, a.evidence,
                   a.exclusive_events, a.exclusive_cost_usd, a.exclusive_by_kind) for a in out],
                 totals, attribution.claim_overlaps(c),
                 c.execute("SELECT * FROM _event_facts ORDER BY event_id").fetchall())
 
     whole = attributed(con)
+    assert attributed(store.connect(), keep=False) == whole  # summed as they are made
     ranges = []
     split = attribution._id_ranges
     monkeypatch.setattr(attribution, "FACTS_RANGE_EVENTS", 300)
     monkeypatch.setattr(attribution, "_id_ranges", lambda *a: ranges.append(split(*a)) or ranges[-1])
     assert attributed(store.connect()) == whole
-    assert len(ranges[0]) > 10
+    assert attributed(store.connect(), keep=False) == whole
+    assert len(ranges[0]) > 10 and len(ranges[1]) > 10
+
+
+def test_a_scan_that_keeps_no_facts_has_the_same_figures_and_report(tmp_path):
+    """A scan neither saved nor reported (`attribute(keep_facts=False)`) sums the events'
+    facts as it makes them and leaves `_event_facts` a view: the same figures, claims and
+    facts as a scan that keeps them, and a report made from it afterwards is the same."""
+    from loophound.report import build
+    from loophound.synth import write_samples
+
+    write_samples(tmp_path / "logs", seed=5)
+    store = Store(tmp_path / "st")
+    ingest([str(tmp_path / "logs")], store)
+    kept = scan_store(store, save=False, for_report=True)
+    lean = scan_store(store, save=False, for_report=False)
+    assert lean.con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary "
+                            "AND view_name = '_event_facts'").fetchall() == [(1,)]
+    assert json.dumps(lean.document, default=str) == json.dumps(kept.document, default=str)
+    facts = "SELECT * EXCLUDE (actor, target, model, error) FROM _event_facts ORDER BY event_id"
+    assert (lean.con.execute(facts.replace(" EXCLUDE (actor, target, model, error)", "")).fetchall()
+            == kept.con.execute(facts).fetchall())
+    reports = [build(r, "2026-01-01T00:00:00Z") for r in (kept, lean)]
+    assert reports[0] == reports[1]
 
 
 # every claim joined to its event's facts: what `claimed` held before it read the events
@@ -196,3 +222,28 @@ def test_the_claimed_rows_are_every_claim_joined_to_its_facts(tmp_path):
     for a, b in (("claimed", f"({EVERY_CLAIM_JOINED})"), (f"({EVERY_CLAIM_JOINED})", "claimed")):
         assert con.execute(f"SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})"
                            ).fetchall() == [(0,)]
+
+
+_TIMES = [None, "infinity", "-infinity", "1969-12-31 23:59:59.999999", "1970-01-01",
+          "2026-12-01 17:18:33.5", "0001-01-01", "294246-12-31"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_TIMES), st.integers(0, 2**63 - 1)), min_size=1,
+                max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_a_units_order_number_orders_as_its_time_and_event_id(units):
+    """UNIT_ORDER orders claimed units as the pair (time, event id) orders them, NULL times
+    last and ±infinity at either end, and `_event_of` reads the event id back from it."""
+    import duckdb
+
+    from loophound.attribute import UNIT_ORDER, _event_of
+
+    con = duckdb.connect()
+    rows = con.execute(f"""
+        SELECT event_id, {UNIT_ORDER} AS k FROM (
+          SELECT CAST(unnest($ts) AS TIMESTAMP) AS ts, CAST(unnest($ids) AS BIGINT) AS event_id)
+        ORDER BY struct_pack(ts, event_id)""",
+                       {"ts": [u[0] for u in units], "ids": [u[1] for u in units]}).fetchall()
+    assert [_event_of(k) for _, k in rows] == [e for e, _ in rows]
+    keys = [k for _, k in rows]
+    assert keys == sorted(keys)

@@ -107,8 +107,9 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     if since is not None:
         goes_on = continuing(findings, before_doc, since)
         _mark_unseen(con, store)
+    # a saved run keeps each event's owner and price, read from the facts' table
     attributed, totals = attribute(con, findings, costs, for_report=for_report and since is None,
-                                   continuing=goes_on)
+                                   continuing=goes_on, keep_facts=save)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
     if since is None:  # what could be judged: a full scan's verdict (a window's is partial)
         doc["coverage"] = coverage.document(len(findings), measured[0],

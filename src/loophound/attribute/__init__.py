@@ -68,7 +68,8 @@ UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "l
 
 def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
               costs: CostModel | None = None, for_report: bool = True,
-              continuing: Collection[int] | None = None) -> tuple[list[Attributed], Totals]:
+              continuing: Collection[int] | None = None,
+              keep_facts: bool = True) -> tuple[list[Attributed], Totals]:
     """Claim, price and measure. Leaves the views `claims`, `claimed` and `owner` and the
     table `_event_facts` in `con` for the report. Each event is joined to its owner,
     size and price once (`_event_facts`); every figure after that, here and in the report, is
@@ -79,7 +80,14 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     `continuing` (a scheduled scan): the indexes of the findings that go on from the last
     scan. Those claim only the events the last scan had not seen (table `_upto` in `con`:
     per input, the first such event id), and every figure, totals included, is over those
-    events and what the other findings claim: what the scan adds to the last one's."""
+    events and what the other findings claim: what the scan adds to the last one's.
+
+    `keep_facts=False` (nothing reads the events' facts again: a scan neither saved nor
+    reported): `_event_facts` is not written. The facts are summed in the statement that
+    makes them, held meanwhile as DuckDB holds a query's intermediate result, and
+    `_event_facts` is a view that makes them again for whatever asks (`facts_table` makes
+    it a table). Writing the table was a third of attribution at the incident's size."""
+    keep_facts = keep_facts or for_report
     _claim(con, findings)
     who = "e.actor, e.target, e.model, e.error," if for_report else ""
     # source: the events to count; fresh: those the scan this one continues had not seen
@@ -92,8 +100,8 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     # cost a fifth of the whole again)
     priced, price_joins = price_events(con, costs or load_cost_model(), source)
     copies = define_message_copies(con) > 0  # built with the prices
-    for i, within in enumerate(_id_ranges(con, source)):
-        con.execute(f"""{_made_or_added("_event_facts", not i)}
+    def facts(within: str) -> str:
+        return f"""
             SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, o.fidx, e.ts,
                    e.kind, {who} e.byte_length, {priced}, {fresh} AS fresh, o.claims > 1 AS shared
             FROM (FROM {source} {within.format(id="event_id")}) e
@@ -101,13 +109,24 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
                        FROM _claims c JOIN _findx x USING (fidx) {within.format(id="c.event_id")}
                        GROUP BY c.event_id) o
               ON o.event_id = e.event_id
-            {price_joins}""")
+            {price_joins}"""
+
+    ranges = _id_ranges(con, source)
+    for i, within in enumerate(ranges):
+        if not keep_facts:
+            _sum_facts(con, facts(within), copies, not i)
+            continue
+        con.execute(f"{_made_or_added('_event_facts', not i)} {facts(within)}")
         if not i:
             _define_fact_views(con, copies)
         # what the figures sum up, from the range's facts while they are in memory (a message
         # copy's first copy has a lower id: it is in this range or one before)
         _add_parts(con, within, not i)
         _fact_groups(con, within, not i)
+    if not keep_facts:
+        _split_sums(con)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _event_facts AS {facts('')}")
+        _define_fact_views(con, copies)
     stats, basis, ends, overlaps = _claimed_figures(con, parts_made=True)
     _OVERLAPS[con] = overlaps
     evidence = _evidence(con, findings, ends)
@@ -186,6 +205,11 @@ def define_claimed(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
     claimed event: 3.4 s of a 10x scan, 0.2 s at 1x). A unit is counted once: a second
     stored copy (`copies`: there are some) only when its first is not claimed (owned) by the
     same finding."""
+    con.execute(f"CREATE OR REPLACE TEMP VIEW claimed AS {_claimed(copies)}")
+
+
+def _claimed(copies: bool, facts: str = "_event_facts") -> str:
+    """The SELECT of `claimed` (`define_claimed`) over the events' facts in `facts`."""
     def columns(claim: str) -> tuple[str, str, str]:
         if not copies:
             return ("u.kind IS NOT NULL",) * 2 + ("",)
@@ -193,14 +217,14 @@ def define_claimed(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
                 "u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL)",
                 f"""LEFT JOIN _copies cp USING (event_id)
         LEFT JOIN _claims c2 ON c2.fidx = {claim}.fidx AND c2.event_id = cp.canon
-        LEFT JOIN _event_facts o2 ON o2.fidx = {claim}.fidx AND o2.event_id = cp.canon""")
+        LEFT JOIN {facts} o2 ON o2.fidx = {claim}.fidx AND o2.event_id = cp.canon""")
 
     (unit, owned_unit, joins), (unit1, owned_unit1, joins1) = columns("c"), columns("e")
-    con.execute(f"""CREATE OR REPLACE TEMP VIEW claimed AS
+    return f"""
         SELECT e.fidx, e.event_id, true AS owned, e.fidx AS owner, e.byte_length, e.ts,
                {unit1} AS is_unit, {owned_unit1} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
-        FROM _event_facts e
+        FROM {facts} e
         {joins1}
         LEFT JOIN finding_units u ON u.fidx = e.fidx AND u.kind = e.kind
         WHERE NOT e.shared
@@ -209,9 +233,9 @@ def define_claimed(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
                {unit} AS is_unit, {owned_unit} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
         FROM _claims c
-        JOIN (FROM _event_facts WHERE shared) e USING (event_id)
+        JOIN (FROM {facts} WHERE shared) e USING (event_id)
         {joins}
-        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind""")
+        LEFT JOIN finding_units u ON u.fidx = c.fidx AND u.kind = e.kind"""
 
 
 # Dollars summed as decimals (to 10⁻¹² $): a float sum depends on the order of its rows, which
@@ -223,23 +247,41 @@ DECIMAL_SUM = "sum(CAST(cost_usd AS DECIMAL(38, 12)))"
 _OVERLAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+# A claimed unit's place in (time, event id) order as one number, NULL times last (as a
+# pair orders them): the time in microseconds (±infinity at either end) times 2⁶³, plus the
+# event id (never negative: an input's number, then its line). `min`/`max` of one integer
+# cost a seventh of the claims' pass less than of the pair; `_event_of` reads the id back.
+UNIT_ORDER = """(coalesce(epoch_us(ts), CASE WHEN ts IS NULL THEN 9223372036854775808
+                                          WHEN ts > TIMESTAMP '1970-01-01' THEN 9223372036854775807
+                                          ELSE -9223372036854775808 END)::HUGEINT
+               * 9223372036854775808 + event_id)"""
+
+
+def _event_of(order: int) -> int:
+    """The event id in a UNIT_ORDER number."""
+    return order & (2**63 - 1)
+
+
 def _add_parts(con: duckdb.DuckDBPyConnection, within: str = "", first: bool = True) -> None:
     """`_parts` (see `_claimed_figures`), made (`first`) or added to from the claims of the
     events `within` (a clause of `_id_ranges`): parts of one key from several ranges are
     summed again like any others. The first and last units are the smallest and largest
-    (time, event id) pairs themselves (`min`/`max` of the pair, NULL times last, as
-    `arg_min` of the pair by the pair ordered them, in a tenth less CPU)."""
-    con.execute(f"""
-        {_made_or_added("_parts", first)}
+    of their UNIT_ORDER numbers."""
+    con.execute(f"{_made_or_added('_parts', first)} {_parts_of('claimed', within)}")
+
+
+def _parts_of(claimed: str, within: str = "") -> str:
+    """The SELECT of `_parts` from the claims in `claimed` (`_add_parts`)."""
+    return f"""
         SELECT fidx, cost_status, CASE WHEN owned THEN NULL ELSE owner END AS other, owned,
           CAST(event_id >> 32 AS INTEGER) AS input_id,
           count(*) FILTER (WHERE is_unit) AS units, count(*) AS n, sum(byte_length) AS bytes,
           sum(coalesce(tokens, 0)) AS tokens, {DECIMAL_SUM} AS cost,
           sum(tokens) FILTER (WHERE cost_status = 'unpriced') AS unpriced,
           count(*) FILTER (WHERE is_owned_unit AND owned) AS owned_units,
-          min(struct_pack(ts, event_id), 3) FILTER (WHERE is_unit) AS first,
-          max(struct_pack(ts, event_id)) FILTER (WHERE is_unit) AS last
-        FROM claimed {within.format(id="event_id")} GROUP BY ALL""")
+          min({UNIT_ORDER}, 3) FILTER (WHERE is_unit) AS first,
+          max({UNIT_ORDER}) FILTER (WHERE is_unit) AS last
+        FROM {claimed} {within.format(id="event_id")} GROUP BY ALL"""
 
 
 def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
@@ -265,13 +307,13 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
               coalesce(sum(n) FILTER (WHERE owned), 0),
               coalesce(sum(bytes) FILTER (WHERE owned), 0),
               CAST(sum(cost) FILTER (WHERE owned) AS DOUBLE),
-              arg_max(last.event_id, (last.ts, last.event_id)), list(DISTINCT input_id ORDER BY 1)
+              max(last), list(DISTINCT input_id ORDER BY 1)
             FROM _parts
             GROUP BY GROUPING SETS ((fidx), (fidx, cost_status), (fidx, other))
             ORDER BY ALL""").fetchall()
-        first = dict(con.execute("""
-            SELECT fidx, arg_min(k.event_id, (k.ts, k.event_id), 3)
-            FROM (SELECT fidx, unnest(first) AS k FROM _parts) GROUP BY fidx""").fetchall())
+        first = {fidx: [_event_of(k) for k in ks] for fidx, ks in con.execute("""
+            SELECT fidx, min(k, 3) FROM (SELECT fidx, unnest(first) AS k FROM _parts)
+            GROUP BY fidx""").fetchall()}
     finally:
         con.execute("DROP TABLE IF EXISTS _parts")
     stats, basis, ends, overlaps = {}, {}, [], []
@@ -279,7 +321,7 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
         if by_status and by_other:  # (fidx)
             stats[fidx] = tuple(figures[:10])
             if figures[10] is not None:  # it claims a unit
-                ends.append((fidx, first[fidx], figures[10]))
+                ends.append((fidx, first[fidx], _event_of(figures[10])))
         elif by_other:  # (fidx, cost_status)
             if status is not None:
                 basis.setdefault(fidx, {})[status] = figures[1]
@@ -296,15 +338,58 @@ def _fact_groups(con: duckdb.DuckDBPyConnection, within: str = "", first: bool =
     10x the incident); dollars are summed as decimals, which add up exactly however they
     are grouped. Made (`first`) or added to from the events `within` (a clause of
     `_id_ranges`)."""
-    con.execute(f"""
-        {_made_or_added("_fact_groups", first)}
+    con.execute(f"{_made_or_added('_fact_groups', first)} {_groups_of('_event_facts', within)}")
+
+
+def _groups_of(facts: str, within: str = "") -> str:
+    """The SELECT of `_fact_groups` from the events' facts in `facts` (`_fact_groups`)."""
+    return f"""
         SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
                count(*) AS n, sum(e.byte_length) AS bytes, sum(e.tokens) AS tokens,
                {DECIMAL_SUM} AS cost,
                sum(e.tokens) FILTER (WHERE e.cost_status = 'unpriced') AS unpriced,
                min(e.ts) AS first, max(e.ts) AS last
-        FROM _event_facts e LEFT JOIN _copies cp USING (event_id)
-        {within.format(id="e.event_id")} GROUP BY ALL""")
+        FROM {facts} e LEFT JOIN _copies cp USING (event_id)
+        {within.format(id="e.event_id")} GROUP BY ALL"""
+
+
+def _sum_facts(con: duckdb.DuckDBPyConnection, facts: str, copies: bool, first: bool) -> None:
+    """`_parts` and `_fact_groups` of the events `facts` (a SELECT of `_event_facts`' rows)
+    in one statement, as rows of `_sums`, made (`first`) or added to; the facts are held as
+    the statement's own (a materialized CTE), not written as a table: writing a million rows
+    to a table cost more than making them (0.09 of 0.24 s at the incident's size)."""
+    con.execute(f"""{_made_or_added("_sums", first)}
+        WITH f AS MATERIALIZED ({facts}),
+             p AS ({_parts_of(f"({_claimed(copies, 'f')})")}),
+             g AS ({_groups_of('f')})
+        SELECT p AS part, NULL AS fact_group FROM p
+        UNION ALL SELECT NULL, g FROM g""")
+
+
+def facts_table(con: duckdb.DuckDBPyConnection, who: bool = False) -> None:
+    """`_event_facts` as a table, for what reads it many times (a report), with who acted on
+    what (actor, target, model, error) when `who`: a scan that kept nothing left it a view
+    (`attribute(keep_facts=False)`), one without a report in mind left those columns out."""
+    is_view = con.execute("SELECT count(*) FROM duckdb_views() "
+                          "WHERE temporary AND view_name = '_event_facts'").fetchall()[0][0] > 0
+    has = {c for (c,) in con.execute("SELECT column_name FROM (DESCRIBE _event_facts)").fetchall()}
+    add = who and "actor" not in has
+    if not (is_view or add):
+        return
+    extra, join = (", e.actor, e.target, e.model, e.error",
+                   "JOIN events e USING (event_id)") if add else ("", "")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _event_facts_made AS "
+                f"SELECT f.* {extra} FROM _event_facts f {join}")
+    con.execute(f"DROP {'VIEW' if is_view else 'TABLE'} _event_facts")
+    con.execute("ALTER TABLE _event_facts_made RENAME TO _event_facts")
+
+
+def _split_sums(con: duckdb.DuckDBPyConnection) -> None:
+    """`_sums` (`_sum_facts`) as the tables `_parts` and `_fact_groups`."""
+    for table, column in (("_parts", "part"), ("_fact_groups", "fact_group")):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS "
+                    f"SELECT unnest({column}) FROM _sums WHERE {column} IS NOT NULL")
+    con.execute("DROP TABLE _sums")
 
 
 def _owned_by_kind(con: duckdb.DuckDBPyConnection
@@ -522,5 +607,5 @@ def totals(con: duckdb.DuckDBPyConnection) -> Totals:
                   None if row[4] is None else float(row[4]), status, int(row[5]), row[6], row[7])
 
 
-__all__ = ["Attributed", "CostModel", "Totals", "attribute", "claim_overlaps", "load_cost_model",
-           "priority"]
+__all__ = ["Attributed", "CostModel", "Totals", "attribute", "claim_overlaps", "facts_table",
+           "load_cost_model", "priority"]

@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 
 from .. import db, queries
-from ..attribute import UNIT_KINDS_ALL
+from ..attribute import UNIT_KINDS_ALL, facts_table
 from ..findings_json import incidents_in
 from ..store import define_message_copies
 from . import fmt
@@ -360,7 +360,7 @@ def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
     `unit` is spelled as comparisons, not `kind IN (...)`: DuckDB makes a long IN list a join,
     which every query over the view then pays, even one that never reads `unit` (0.02-0.03 s
     of CPU a query at 1.27 M rows, a dozen queries)."""
-    _with_who(con)
+    facts_table(con, who=True)  # a scan without a report in mind left out who did what
     has_copies = define_message_copies(con) > 0
     copies = "LEFT JOIN _copies cp USING (event_id)" if has_copies else ""
     not_copy = "AND cp.event_id IS NULL" if has_copies else ""
@@ -378,17 +378,6 @@ def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
       FROM _event_facts e
       LEFT JOIN _rep_owner x USING (fidx)
       {copies}""")
-
-
-def _with_who(con: duckdb.DuckDBPyConnection) -> None:
-    """`_event_facts` with who acted on what (actor, target, model, error): a scan made
-    without a report in mind (`scan_store(for_report=False)`) left them out."""
-    has = {c for (c,) in con.execute(
-        "SELECT column_name FROM (DESCRIBE _event_facts)").fetchall()}
-    if "actor" not in has:
-        con.execute("""CREATE OR REPLACE TEMP TABLE _event_facts AS
-            SELECT f.*, e.actor, e.target, e.model, e.error
-            FROM _event_facts f JOIN events e USING (event_id)""")
 
 
 def _hours(seconds: float | None) -> float | None:
