@@ -8,6 +8,7 @@ import dataclasses
 import threading
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from loophound import detect
@@ -66,6 +67,33 @@ def test_a_sibling_reads_what_its_connection_reads(store, tmp_path):
         assert event_kinds(other) == kinds
     finally:
         other.close()
+
+
+def test_a_lane_makes_its_connection_in_its_own_thread_and_its_failure_is_raised(
+        store, monkeypatch):
+    """A lane's sibling is read from the connection in the caller's thread and made in the
+    lane's own, while the first lane works: the same findings; a sibling that cannot be
+    made is raised in the caller."""
+    made_in = []
+    to_make = detect.sibling_to_make
+
+    def watched(con):
+        make = to_make(con)
+        return lambda: made_in.append(threading.current_thread().name) or make()
+
+    monkeypatch.setattr(detect, "sibling_to_make", watched)
+    assert (run_detectors(store.connect(), settings(), lanes=2)
+            == run_detectors(store.connect(), settings(), lanes=1))
+    assert made_in == ["detectors-1"]
+
+    def broken(con):
+        def make():
+            raise duckdb.IOException("no room for another connection")
+        return make
+
+    monkeypatch.setattr(detect, "sibling_to_make", broken)
+    with pytest.raises(duckdb.IOException, match="no room"):
+        run_detectors(store.connect(), settings(), lanes=2)
 
 
 def test_an_error_stops_the_lanes_and_is_raised(store, monkeypatch):

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -842,35 +842,46 @@ def sibling(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     connection is one thread's, and temporary views and tables are a connection's own).
     The views are made from the SQL DuckDB keeps of them (what it stores a database's views
     as), so they read the very files `con` reads, whatever was committed since."""
+    return sibling_to_make(con)()
+
+
+def sibling_to_make(con: duckdb.DuckDBPyConnection) -> Callable[[], duckdb.DuckDBPyConnection]:
+    """`sibling(con)` in two steps: what it copies is read from `con` now, in `con`'s thread
+    (8 ms), and the function returned makes it, in any thread: a lane of detectors makes its
+    own connection (15-25 ms of views bound and tables filled) while `con` is at work."""
     other = db.session(con.cursor())
-    tables = con.execute("SELECT table_name, sql FROM duckdb_tables() WHERE temporary "
-                         "ORDER BY table_oid").fetchall()
-    for name, sql in tables:
-        other.execute(sql)  # its exact column types, which Arrow need not keep
-        other.register("_sibling_rows", con.sql(f'SELECT * FROM temp.main."{name}"').to_arrow_table())
-        try:
-            other.execute(f'INSERT INTO temp.main."{name}" SELECT * FROM _sibling_rows')
-        finally:
-            other.unregister("_sibling_rows")
-    pending = [sql for (sql,) in con.execute(
+    tables = [(sql, name, con.sql(f'SELECT * FROM temp.main."{name}"').to_arrow_table())
+              for name, sql in con.execute("SELECT table_name, sql FROM duckdb_tables() "
+                                           "WHERE temporary ORDER BY table_oid").fetchall()]
+    views = [sql for (sql,) in con.execute(
         "SELECT sql FROM duckdb_views() WHERE temporary AND NOT internal ORDER BY view_oid"
     ).fetchall()]
-    while pending:  # in the order they were made; one redefined since waits for what it reads
-        left = []
-        for sql in pending:
-            try:
-                other.execute(sql)
-            except duckdb.CatalogException:
-                left.append(sql)
-        if len(left) == len(pending):
-            other.execute(left[0])  # raises what keeps it from being made
-        pending = left
-    if con in _DERIVED:
-        _DERIVED[other] = dict(_DERIVED[con])
+    derived = dict(_DERIVED[con]) if con in _DERIVED else None
     memo = _shared_memo(con)
-    with _SHARED_LOCK:
-        _SHARED[other] = memo  # the same values, whichever computes them
-    return other
+
+    def make() -> duckdb.DuckDBPyConnection:
+        for sql, name, rows in tables:
+            other.execute(sql)  # its exact column types, which Arrow need not keep
+            with db.registered(other, "_sibling_rows", rows):
+                other.execute(f'INSERT INTO temp.main."{name}" SELECT * FROM _sibling_rows')
+        pending = views
+        while pending:  # in the order they were made; one redefined since waits for what it reads
+            left = []
+            for sql in pending:
+                try:
+                    other.execute(sql)
+                except duckdb.CatalogException:
+                    left.append(sql)
+            if len(left) == len(pending):
+                other.execute(left[0])  # raises what keeps it from being made
+            pending = left
+        if derived is not None:
+            _DERIVED[other] = derived
+        with _SHARED_LOCK:
+            _SHARED[other] = memo  # the same values, whichever computes them
+        return other
+
+    return make
 
 
 def create_batch_table(con: duckdb.DuckDBPyConnection, name: str = "batch") -> None:

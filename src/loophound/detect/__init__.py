@@ -17,7 +17,7 @@ import duckdb
 
 from ..errors import ConfigError
 from ..registry import present
-from ..store import event_kinds, kind_counts, sibling
+from ..store import event_kinds, kind_counts, sibling_to_make
 from .base import Detector, Finding, param_docs
 
 _MODULES = (
@@ -168,10 +168,21 @@ def _run_lanes(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
                     failed.append(exc)
                 return
 
-    cons = [con] + [sibling(con) for _ in range(min(lanes, len(jobs)) - 1)]
+    made: list[duckdb.DuckDBPyConnection] = []
+
+    def other_lane(make: Callable[[], duckdb.DuckDBPyConnection]) -> None:
+        try:  # its connection made here, while `con`'s lane is at work
+            made.append(make())
+        except BaseException as exc:
+            with lock:
+                failed.append(exc)
+            return
+        lane(made[-1])
+
     try:
-        threads = [threading.Thread(target=lane, args=(c,), name=f"detectors-{i}")
-                   for i, c in enumerate(cons[1:], start=1)]
+        threads = [threading.Thread(target=other_lane, args=(sibling_to_make(con),),
+                                    name=f"detectors-{i}")
+                   for i in range(1, min(lanes, len(jobs)))]
         for t in threads:
             t.start()
         try:
@@ -180,7 +191,7 @@ def _run_lanes(con: duckdb.DuckDBPyConnection, params: dict[str, Any],
             for t in threads:
                 t.join()
     finally:
-        for c in cons[1:]:
+        for c in made:
             c.close()
     if failed:
         raise failed[0]
