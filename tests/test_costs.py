@@ -247,3 +247,52 @@ def test_a_units_order_number_orders_as_its_time_and_event_id(units):
     assert [_event_of(k) for _, k in rows] == [e for e, _ in rows]
     keys = [k for _, k in rows]
     assert keys == sorted(keys)
+
+
+# the whole log's figures as attribution summed them from `_event_facts` before it summed the
+# events and the claims in one pass (`_event_sums`)
+FACT_GROUPS = """
+SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
+       count(*) AS n, sum(e.byte_length) AS bytes, sum(e.tokens) AS tokens,
+       sum(CAST(cost_usd AS DECIMAL(38, 12))) AS cost,
+       sum(e.tokens) FILTER (WHERE e.cost_status = 'unpriced') AS unpriced,
+       min(e.ts) AS first, max(e.ts) AS last
+FROM _event_facts e LEFT JOIN _copies cp USING (event_id) GROUP BY ALL
+"""
+
+
+@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("range_events", [None, 300])
+@pytest.mark.parametrize("only", [None, ["ping_pong"]])
+def test_the_figures_summed_in_one_pass_are_those_of_every_claim(tmp_path, monkeypatch, keep,
+                                                                  range_events, only):
+    """Attribution sums the events once (`_event_sums`) and counts the claims of events
+    claimed once from those sums: its figures are those of the `claimed` view, every claim
+    with its facts (events claimed twice and messages stored twice among them), and its
+    fact groups those of every event, whether the facts are kept and however many ranges."""
+    import loophound.attribute as attribution
+    from loophound.detect import run_detectors, settings
+    from loophound.synth import write_samples
+
+    write_samples(tmp_path / "logs", seed=5)
+    store = Store(tmp_path / "st")
+    ingest([str(tmp_path / "logs")], store)
+    if range_events:
+        monkeypatch.setattr(attribution, "FACTS_RANGE_EVENTS", range_events)
+    con = store.connect()
+    findings = run_detectors(con, settings(), only)  # ping_pong alone: copies claimed once
+    summed = []
+    figures = attribution._claimed_figures
+    monkeypatch.setattr(attribution, "_claimed_figures",
+                        lambda c, parts_made=False: summed.append(figures(c, parts_made))
+                        or summed[-1])
+    attribution.attribute(con, findings, keep_facts=keep)
+    shared, copies = con.execute(
+        "SELECT count(*) FILTER (WHERE shared), count(*) FILTER (WHERE fidx IS NOT NULL "
+        "AND NOT shared AND event_id IN (SELECT event_id FROM _copies)) FROM _event_facts"
+    ).fetchall()[0]
+    assert (copies if only else shared), "no copy claimed once, or no event claimed twice"
+    assert figures(con) == summed[0]  # `_parts` made again from `claimed`
+    groups = "SELECT * FROM _fact_groups ORDER BY ALL"
+    assert con.execute(groups).fetchall() == con.execute(
+        f"SELECT * FROM ({FACT_GROUPS}) ORDER BY ALL").fetchall()

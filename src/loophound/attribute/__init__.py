@@ -111,22 +111,17 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
               ON o.event_id = e.event_id
             {price_joins}"""
 
-    ranges = _id_ranges(con, source)
-    for i, within in enumerate(ranges):
-        if not keep_facts:
-            _sum_facts(con, facts(within), copies, not i)
-            continue
-        con.execute(f"{_made_or_added('_event_facts', not i)} {facts(within)}")
-        if not i:
-            _define_fact_views(con, copies)
-        # what the figures sum up, from the range's facts while they are in memory (a message
-        # copy's first copy has a lower id: it is in this range or one before)
-        _add_parts(con, within, not i)
-        _fact_groups(con, within, not i)
+    for i, within in enumerate(_id_ranges(con, source)):
+        # what the figures sum up, from the range's facts while they are in memory
+        if keep_facts:
+            con.execute(f"{_made_or_added('_event_facts', not i)} {facts(within)}")
+            _sum_facts(con, copies, not i, within=within)
+        else:
+            _sum_facts(con, copies, not i, made=facts(within))
+    _split_sums(con)
     if not keep_facts:
-        _split_sums(con)
         con.execute(f"CREATE OR REPLACE TEMP VIEW _event_facts AS {facts('')}")
-        _define_fact_views(con, copies)
+    _define_fact_views(con, copies)
     stats, basis, ends, overlaps = _claimed_figures(con, parts_made=True)
     _OVERLAPS[con] = overlaps
     evidence = _evidence(con, findings, ends)
@@ -208,8 +203,17 @@ def define_claimed(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
     con.execute(f"CREATE OR REPLACE TEMP VIEW claimed AS {_claimed(copies)}")
 
 
-def _claimed(copies: bool, facts: str = "_event_facts") -> str:
-    """The SELECT of `claimed` (`define_claimed`) over the events' facts in `facts`."""
+# The owner of each event that a stored second copy is a copy of (`_copies.canon`), from the
+# claims: what `_event_facts` says of it, whichever range of events the facts at hand hold.
+CANON_OWNERS = """(SELECT c.event_id, arg_min(c.fidx, x.prio) AS fidx
+    FROM _claims c JOIN _findx x USING (fidx) SEMI JOIN _copies k ON k.canon = c.event_id
+    GROUP BY c.event_id)"""
+
+
+def _claimed(copies: bool, facts: str = "_event_facts", every: bool = True) -> str:
+    """The SELECT of `claimed` (`define_claimed`) over the events' facts in `facts`; not
+    `every`: only the claims that `_event_sums_of` cannot count, those of events claimed
+    more than once and of second copies (the rest is every event claimed once)."""
     def columns(claim: str) -> tuple[str, str, str]:
         if not copies:
             return ("u.kind IS NOT NULL",) * 2 + ("",)
@@ -217,18 +221,19 @@ def _claimed(copies: bool, facts: str = "_event_facts") -> str:
                 "u.kind IS NOT NULL AND (cp.canon IS NULL OR o2.event_id IS NULL)",
                 f"""LEFT JOIN _copies cp USING (event_id)
         LEFT JOIN _claims c2 ON c2.fidx = {claim}.fidx AND c2.event_id = cp.canon
-        LEFT JOIN {facts} o2 ON o2.fidx = {claim}.fidx AND o2.event_id = cp.canon""")
+        LEFT JOIN {CANON_OWNERS} o2 ON o2.fidx = {claim}.fidx AND o2.event_id = cp.canon""")
 
     (unit, owned_unit, joins), (unit1, owned_unit1, joins1) = columns("c"), columns("e")
-    return f"""
+    once = f"""
         SELECT e.fidx, e.event_id, true AS owned, e.fidx AS owner, e.byte_length, e.ts,
                {unit1} AS is_unit, {owned_unit1} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
         FROM {facts} e
         {joins1}
         LEFT JOIN finding_units u ON u.fidx = e.fidx AND u.kind = e.kind
-        WHERE NOT e.shared
-        UNION ALL
+        WHERE NOT e.shared {"" if every else "AND cp.canon IS NOT NULL"}
+        UNION ALL"""
+    return f"""{once if every or copies else ""}
         SELECT c.fidx, c.event_id, e.fidx = c.fidx AS owned, e.fidx AS owner, e.byte_length, e.ts,
                {unit} AS is_unit, {owned_unit} AS is_owned_unit,
                e.tokens, e.cost_usd, e.cost_status
@@ -307,7 +312,7 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
               coalesce(sum(n) FILTER (WHERE owned), 0),
               coalesce(sum(bytes) FILTER (WHERE owned), 0),
               CAST(sum(cost) FILTER (WHERE owned) AS DOUBLE),
-              max(last), list(DISTINCT input_id ORDER BY 1)
+              max(last), list(DISTINCT input_id ORDER BY input_id)
             FROM _parts
             GROUP BY GROUPING SETS ((fidx), (fidx, cost_status), (fidx, other))
             ORDER BY ALL""").fetchall()
@@ -330,40 +335,70 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
     return stats, basis, ends, overlaps
 
 
-def _fact_groups(con: duckdb.DuckDBPyConnection, within: str = "", first: bool = True) -> None:
-    """`_fact_groups`: `_event_facts` summed by owner, kind, cost basis, whether the scan had
-    seen the event before (`fresh`) and whether it is a second stored copy (`copy`): a few
-    rows, which each finding's owned actions (`_owned_by_kind`) and the whole log's
-    `totals` sum again. One pass over the events where there were three (4.2 s of a scan of
-    10x the incident); dollars are summed as decimals, which add up exactly however they
-    are grouped. Made (`first`) or added to from the events `within` (a clause of
-    `_id_ranges`)."""
-    con.execute(f"{_made_or_added('_fact_groups', first)} {_groups_of('_event_facts', within)}")
-
-
-def _groups_of(facts: str, within: str = "") -> str:
-    """The SELECT of `_fact_groups` from the events' facts in `facts` (`_fact_groups`)."""
+def _event_sums_of(facts: str, within: str = "") -> str:
+    """The SELECT of `_event_sums`: the events' facts in `facts` (those `within`, a clause of
+    `_id_ranges`) summed by owner, kind, cost basis, whether the scan had seen the event
+    before (`fresh`), whether it is a second stored copy (`copy`), whether it is claimed
+    more than once (`shared`) and input: a few rows. Both the whole log's figures
+    (`_fact_groups`) and the claims of the events claimed once (`_parts`) are these rows
+    summed again: one pass over the events where there were two (and one more, and a join
+    of a million claims to the findings' unit kinds). Dollars are decimals, which add up
+    exactly however they are grouped; the first and last units, UNIT_ORDER numbers, are
+    kept of what can be a claimed unit."""
     return f"""
         SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
+               e.shared, CAST(e.event_id >> 32 AS INTEGER) AS input_id,
                count(*) AS n, sum(e.byte_length) AS bytes, sum(e.tokens) AS tokens,
                {DECIMAL_SUM} AS cost,
                sum(e.tokens) FILTER (WHERE e.cost_status = 'unpriced') AS unpriced,
-               min(e.ts) AS first, max(e.ts) AS last
+               min(e.ts) AS first_ts, max(e.ts) AS last_ts,
+               min({UNIT_ORDER}, 3) FILTER (WHERE e.fidx IS NOT NULL) AS first,
+               max({UNIT_ORDER}) FILTER (WHERE e.fidx IS NOT NULL) AS last
         FROM {facts} e LEFT JOIN _copies cp USING (event_id)
         {within.format(id="e.event_id")} GROUP BY ALL"""
 
 
-def _sum_facts(con: duckdb.DuckDBPyConnection, facts: str, copies: bool, first: bool) -> None:
-    """`_parts` and `_fact_groups` of the events `facts` (a SELECT of `_event_facts`' rows)
-    in one statement, as rows of `_sums`, made (`first`) or added to; the facts are held as
-    the statement's own (a materialized CTE), not written as a table: writing a million rows
-    to a table cost more than making them (0.09 of 0.24 s at the incident's size)."""
+def _sum_facts(con: duckdb.DuckDBPyConnection, copies: bool, first: bool, within: str = "",
+               made: str | None = None) -> None:
+    """The rows of `_event_sums` and the `_parts` of the claims they cannot count, from the
+    events `within` of `_event_facts`, or from the facts `made` (a SELECT of its rows) held
+    as the statement's own (a materialized CTE), not written as a table: writing a million
+    rows to a table cost more than making them (0.09 of 0.24 s at the incident's size).
+    One statement; its rows make (`first`) or are added to `_sums` (`_split_sums`)."""
+    facts, held = ("f", f"f AS MATERIALIZED ({made}),") if made is not None else ("_event_facts", "")
     con.execute(f"""{_made_or_added("_sums", first)}
-        WITH f AS MATERIALIZED ({facts}),
-             p AS ({_parts_of(f"({_claimed(copies, 'f')})")}),
-             g AS ({_groups_of('f')})
-        SELECT p AS part, NULL AS fact_group FROM p
-        UNION ALL SELECT NULL, g FROM g""")
+        WITH {held}
+             s AS ({_event_sums_of(facts, within)}),
+             p AS ({_parts_of(f"({_claimed(copies, facts, every=False)})", within)})
+        SELECT s AS event_sums, NULL AS part FROM s
+        UNION ALL SELECT NULL, p FROM p""")
+
+
+def _split_sums(con: duckdb.DuckDBPyConnection) -> None:
+    """`_sums` (`_sum_facts`) as the tables `_parts` (the claims' parts: those of events
+    claimed once, their own owner's, from `_event_sums`) and `_fact_groups` (`_event_sums`
+    by owner, kind, cost basis, `fresh` and `copy`, which the findings' owned actions
+    (`_owned_by_kind`) and the whole log's `totals` sum again)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _event_sums AS "
+                "SELECT unnest(event_sums) FROM _sums WHERE event_sums IS NOT NULL")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _parts AS
+        SELECT unnest(part) FROM _sums WHERE part IS NOT NULL
+        UNION ALL
+        SELECT s.fidx, s.cost_status, CAST(NULL AS INTEGER), true, s.input_id,
+               CASE WHEN u.kind IS NULL THEN 0 ELSE s.n END, s.n, s.bytes,
+               coalesce(s.tokens, 0), s.cost, s.unpriced,
+               CASE WHEN u.kind IS NULL THEN 0 ELSE s.n END,
+               CASE WHEN u.kind IS NOT NULL THEN s.first END,
+               CASE WHEN u.kind IS NOT NULL THEN s.last END
+        FROM _event_sums s LEFT JOIN finding_units u ON u.fidx = s.fidx AND u.kind = s.kind
+        WHERE s.fidx IS NOT NULL AND NOT s.shared AND NOT s.copy""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _fact_groups AS
+        SELECT fidx, kind, cost_status, fresh, copy, CAST(sum(n) AS BIGINT) AS n,
+               sum(bytes) AS bytes, sum(tokens) AS tokens, sum(cost) AS cost,
+               sum(unpriced) AS unpriced, min(first_ts) AS first, max(last_ts) AS last
+        FROM _event_sums GROUP BY ALL""")
+    con.execute("DROP TABLE _sums")
+    con.execute("DROP TABLE _event_sums")
 
 
 def facts_table(con: duckdb.DuckDBPyConnection, who: bool = False) -> None:
@@ -382,14 +417,6 @@ def facts_table(con: duckdb.DuckDBPyConnection, who: bool = False) -> None:
                 f"SELECT f.* {extra} FROM _event_facts f {join}")
     con.execute(f"DROP {'VIEW' if is_view else 'TABLE'} _event_facts")
     con.execute("ALTER TABLE _event_facts_made RENAME TO _event_facts")
-
-
-def _split_sums(con: duckdb.DuckDBPyConnection) -> None:
-    """`_sums` (`_sum_facts`) as the tables `_parts` and `_fact_groups`."""
-    for table, column in (("_parts", "part"), ("_fact_groups", "fact_group")):
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS "
-                    f"SELECT unnest({column}) FROM _sums WHERE {column} IS NOT NULL")
-    con.execute("DROP TABLE _sums")
 
 
 def _owned_by_kind(con: duckdb.DuckDBPyConnection
