@@ -350,7 +350,7 @@ def untouched(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, str], fmt: str,
             out: Path | None, limit: int | None, console: Console | None = None) -> None:
     """Check, then run, every statement of `sql`; DuckDB errors propagate as duckdb.Error."""
-    statements = queries.check_read_only(sql)
+    statements = queries.check_read_only(sql, con)
     if not statements:
         raise Failure("no SQL statement given")
     if len(statements) > 1 and fmt != "table":
