@@ -115,10 +115,10 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
         # what the figures sum up, from the range's facts while they are in memory
         if keep_facts:
             con.execute(f"{_made_or_added('_event_facts', not i)} {facts(within)}")
-            _sum_facts(con, copies, not i, within=within)
+            _sum_facts(con, not i, within=within)
         else:
-            _sum_facts(con, copies, not i, made=facts(within))
-    _split_sums(con)
+            _sum_facts(con, not i, made=facts(within))
+    _split_sums(con, copies)
     if not keep_facts:
         con.execute(f"CREATE OR REPLACE TEMP VIEW _event_facts AS {facts('')}")
     _define_fact_views(con, copies)
@@ -344,7 +344,9 @@ def _event_sums_of(facts: str, within: str = "") -> str:
     summed again: one pass over the events where there were two (and one more, and a join
     of a million claims to the findings' unit kinds). Dollars are decimals, which add up
     exactly however they are grouped; the first and last units, UNIT_ORDER numbers, are
-    kept of what can be a claimed unit."""
+    kept of what can be a claimed unit. `special`: the facts of the events whose claims
+    the sums cannot count (claimed twice, or a claimed second copy), few, listed in their
+    row: each fact is then read once, not held for a second look."""
     return f"""
         SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
                e.shared, CAST(e.event_id >> 32 AS INTEGER) AS input_id,
@@ -353,36 +355,37 @@ def _event_sums_of(facts: str, within: str = "") -> str:
                sum(e.tokens) FILTER (WHERE e.cost_status = 'unpriced') AS unpriced,
                min(e.ts) AS first_ts, max(e.ts) AS last_ts,
                min({UNIT_ORDER}, 3) FILTER (WHERE e.fidx IS NOT NULL) AS first,
-               max({UNIT_ORDER}) FILTER (WHERE e.fidx IS NOT NULL) AS last
+               max({UNIT_ORDER}) FILTER (WHERE e.fidx IS NOT NULL) AS last,
+               list(struct_pack(event_id := e.event_id, fidx := e.fidx, kind := e.kind,
+                                byte_length := e.byte_length, ts := e.ts, tokens := e.tokens,
+                                cost_usd := e.cost_usd, cost_status := e.cost_status,
+                                shared := e.shared))
+                 FILTER (WHERE e.shared OR (cp.event_id IS NOT NULL AND e.fidx IS NOT NULL))
+                 AS special
         FROM {facts} e LEFT JOIN _copies cp USING (event_id)
         {within.format(id="e.event_id")} GROUP BY ALL"""
 
 
-def _sum_facts(con: duckdb.DuckDBPyConnection, copies: bool, first: bool, within: str = "",
+def _sum_facts(con: duckdb.DuckDBPyConnection, first: bool, within: str = "",
                made: str | None = None) -> None:
-    """The rows of `_event_sums` and the `_parts` of the claims they cannot count, from the
-    events `within` of `_event_facts`, or from the facts `made` (a SELECT of its rows) held
-    as the statement's own (a materialized CTE), not written as a table: writing a million
-    rows to a table cost more than making them (0.09 of 0.24 s at the incident's size).
-    One statement; its rows make (`first`) or are added to `_sums` (`_split_sums`)."""
-    facts, held = ("f", f"f AS MATERIALIZED ({made}),") if made is not None else ("_event_facts", "")
-    con.execute(f"""{_made_or_added("_sums", first)}
-        WITH {held}
-             s AS ({_event_sums_of(facts, within)}),
-             p AS ({_parts_of(f"({_claimed(copies, facts, every=False)})", within)})
-        SELECT s AS event_sums, NULL AS part FROM s
-        UNION ALL SELECT NULL, p FROM p""")
+    """`_sums` (`_event_sums_of`) made (`first`) or added to, from the events `within` of
+    `_event_facts`, or from the facts `made` (a SELECT of its rows) as they are made: not
+    written as a table, which cost more than making them (0.09 of 0.24 s at the incident's
+    size)."""
+    facts = "_event_facts" if made is None else f"({made})"
+    con.execute(f"{_made_or_added('_sums', first)} {_event_sums_of(facts, within)}")
 
 
-def _split_sums(con: duckdb.DuckDBPyConnection) -> None:
+def _split_sums(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
     """`_sums` (`_sum_facts`) as the tables `_parts` (the claims' parts: those of events
-    claimed once, their own owner's, from `_event_sums`) and `_fact_groups` (`_event_sums`
-    by owner, kind, cost basis, `fresh` and `copy`, which the findings' owned actions
-    (`_owned_by_kind`) and the whole log's `totals` sum again)."""
-    con.execute("CREATE OR REPLACE TEMP TABLE _event_sums AS "
-                "SELECT unnest(event_sums) FROM _sums WHERE event_sums IS NOT NULL")
-    con.execute("""CREATE OR REPLACE TEMP TABLE _parts AS
-        SELECT unnest(part) FROM _sums WHERE part IS NOT NULL
+    claimed once, their own owner's, from the sums; the others from the claims of the
+    special events) and `_fact_groups` (the sums by owner, kind, cost basis, `fresh` and
+    `copy`, which the findings' owned actions (`_owned_by_kind`) and the whole log's
+    `totals` sum again)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _special_facts AS "
+                "SELECT unnest(special, recursive := true) FROM _sums WHERE special IS NOT NULL")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _parts AS
+        {_parts_of(f"({_claimed(copies, '_special_facts', every=False)})")}
         UNION ALL
         SELECT s.fidx, s.cost_status, CAST(NULL AS INTEGER), true, s.input_id,
                CASE WHEN u.kind IS NULL THEN 0 ELSE s.n END, s.n, s.bytes,
@@ -390,15 +393,15 @@ def _split_sums(con: duckdb.DuckDBPyConnection) -> None:
                CASE WHEN u.kind IS NULL THEN 0 ELSE s.n END,
                CASE WHEN u.kind IS NOT NULL THEN s.first END,
                CASE WHEN u.kind IS NOT NULL THEN s.last END
-        FROM _event_sums s LEFT JOIN finding_units u ON u.fidx = s.fidx AND u.kind = s.kind
+        FROM _sums s LEFT JOIN finding_units u ON u.fidx = s.fidx AND u.kind = s.kind
         WHERE s.fidx IS NOT NULL AND NOT s.shared AND NOT s.copy""")
     con.execute("""CREATE OR REPLACE TEMP TABLE _fact_groups AS
         SELECT fidx, kind, cost_status, fresh, copy, CAST(sum(n) AS BIGINT) AS n,
                sum(bytes) AS bytes, sum(tokens) AS tokens, sum(cost) AS cost,
                sum(unpriced) AS unpriced, min(first_ts) AS first, max(last_ts) AS last
-        FROM _event_sums GROUP BY ALL""")
+        FROM _sums GROUP BY ALL""")
     con.execute("DROP TABLE _sums")
-    con.execute("DROP TABLE _event_sums")
+    con.execute("DROP TABLE _special_facts")
 
 
 def facts_table(con: duckdb.DuckDBPyConnection, who: bool = False) -> None:
