@@ -250,7 +250,7 @@ def test_a_units_order_number_orders_as_its_time_and_event_id(units):
 
 
 # the whole log's figures as attribution summed them from `_event_facts` before it summed the
-# events and the claims in one pass (`_event_sums`)
+# events and the claims in one pass (`_sums`)
 FACT_GROUPS = """
 SELECT e.fidx, e.kind, e.cost_status, e.fresh, cp.event_id IS NOT NULL AS copy,
        count(*) AS n, sum(e.byte_length) AS bytes, sum(e.tokens) AS tokens,
@@ -266,7 +266,7 @@ FROM _event_facts e LEFT JOIN _copies cp USING (event_id) GROUP BY ALL
 @pytest.mark.parametrize("only", [None, ["ping_pong"]])
 def test_the_figures_summed_in_one_pass_are_those_of_every_claim(tmp_path, monkeypatch, keep,
                                                                   range_events, only):
-    """Attribution sums the events once (`_event_sums`) and counts the claims of events
+    """Attribution sums the events once (`_sums`) and counts the claims of events
     claimed once from those sums: its figures are those of the `claimed` view, every claim
     with its facts (events claimed twice and messages stored twice among them), and its
     fact groups those of every event, whether the facts are kept and however many ranges."""

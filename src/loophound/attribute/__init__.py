@@ -336,7 +336,7 @@ def _claimed_figures(con: duckdb.DuckDBPyConnection, parts_made: bool = False):
 
 
 def _event_sums_of(facts: str, within: str = "") -> str:
-    """The SELECT of `_event_sums`: the events' facts in `facts` (those `within`, a clause of
+    """The SELECT of the event sums (`_sums`): the events' facts in `facts` (those `within`, a clause of
     `_id_ranges`) summed by owner, kind, cost basis, whether the scan had seen the event
     before (`fresh`), whether it is a second stored copy (`copy`), whether it is claimed
     more than once (`shared`) and input: a few rows. Both the whole log's figures
