@@ -96,6 +96,25 @@ def test_a_lane_makes_its_connection_in_its_own_thread_and_its_failure_is_raised
         run_detectors(store.connect(), settings(), lanes=2)
 
 
+def test_a_sibling_that_fails_half_made_is_closed(store, monkeypatch):
+    """What `sibling_to_make` opened and could not finish is closed, not left to the lanes
+    (which hold only the connections that were made)."""
+    import loophound.store as store_module
+
+    half = []
+
+    def fail(other, tables, views):
+        half.append(other)
+        raise duckdb.CatalogException("a view it reads is gone")
+
+    monkeypatch.setattr(store_module, "_copy_into", fail)
+    make = store_module.sibling_to_make(store.connect())
+    with pytest.raises(duckdb.CatalogException, match="is gone"):
+        make()
+    with pytest.raises(duckdb.ConnectionException):
+        half[0].execute("SELECT 1")
+
+
 def test_an_error_stops_the_lanes_and_is_raised(store, monkeypatch):
     ran = []
 

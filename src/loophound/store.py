@@ -860,21 +860,11 @@ def sibling_to_make(con: duckdb.DuckDBPyConnection) -> Callable[[], duckdb.DuckD
     memo = _shared_memo(con)
 
     def make() -> duckdb.DuckDBPyConnection:
-        for sql, name, rows in tables:
-            other.execute(sql)  # its exact column types, which Arrow need not keep
-            with db.registered(other, "_sibling_rows", rows):
-                other.execute(f'INSERT INTO temp.main."{name}" SELECT * FROM _sibling_rows')
-        pending = views
-        while pending:  # in the order they were made; one redefined since waits for what it reads
-            left = []
-            for sql in pending:
-                try:
-                    other.execute(sql)
-                except duckdb.CatalogException:
-                    left.append(sql)
-            if len(left) == len(pending):
-                other.execute(left[0])  # raises what keeps it from being made
-            pending = left
+        try:
+            _copy_into(other, tables, views)
+        except BaseException:
+            other.close()  # half made: nobody else holds it to close it
+            raise
         if derived is not None:
             _DERIVED[other] = derived
         with _SHARED_LOCK:
@@ -882,6 +872,27 @@ def sibling_to_make(con: duckdb.DuckDBPyConnection) -> Callable[[], duckdb.DuckD
         return other
 
     return make
+
+
+def _copy_into(other: duckdb.DuckDBPyConnection, tables: list[tuple[str, str, Any]],
+               views: list[str]) -> None:
+    """`tables` ((its SQL, name, rows)) and `views` (their SQL, in the order they were made)
+    made on `other`: `sibling_to_make`'s second step."""
+    for sql, name, rows in tables:
+        other.execute(sql)  # its exact column types, which Arrow need not keep
+        with db.registered(other, "_sibling_rows", rows):
+            other.execute(f'INSERT INTO temp.main."{name}" SELECT * FROM _sibling_rows')
+    pending = views
+    while pending:  # in the order they were made; one redefined since waits for what it reads
+        left = []
+        for sql in pending:
+            try:
+                other.execute(sql)
+            except duckdb.CatalogException:
+                left.append(sql)
+        if len(left) == len(pending):
+            other.execute(left[0])  # raises what keeps it from being made
+        pending = left
 
 
 def create_batch_table(con: duckdb.DuckDBPyConnection, name: str = "batch") -> None:
