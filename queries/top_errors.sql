@@ -5,8 +5,11 @@
 --   its response's outcome), and so is a message both parties stored.
 -- param: limit = 20  -- rows to return
 -- param: file: str = null  -- only this input file, as named at ingest (default: every file)
-WITH copies AS (  -- a message both parties stored (same format, kind and id): the copies after the first
-  SELECT event_id FROM messages WHERE corr_id IS NOT NULL
+-- the messages' ids, read whole before they are filtered: DuckDB tries `corr_id IS NOT NULL`
+-- on every event's id before their kind, where no event is a message (0.02 s at 1.27 M events)
+WITH message_ids AS MATERIALIZED (SELECT event_id, format, kind, corr_id FROM messages),
+copies AS (  -- a message both parties stored (same format, kind and id): the copies after the first
+  SELECT event_id FROM message_ids WHERE corr_id IS NOT NULL
   QUALIFY event_id <> min(event_id) OVER (PARTITION BY format, kind, corr_id)
 ),
 attempts AS (
