@@ -7,13 +7,14 @@
 -- param: limit = 50  -- rows to return
 -- param: file: str = null  -- only this input file (default: every file)
 -- param: per_actor = true  -- a row per actor; false: a row per model, its actors together
+-- dollars summed as decimals: the same to the last digit whatever order the rows come in
 SELECT CASE WHEN $per_actor THEN e.actor END AS actor,
        e.model,
        c.cost_status AS basis,
        count(*) AS events,
        count(DISTINCT e.actor) AS actors,
        sum(c.tokens) AS tokens,
-       round(sum(c.cost_usd), 6) AS cost_usd
+       CAST(round(sum(CAST(c.cost_usd AS DECIMAL(38, 12))), 6) AS DOUBLE) AS cost_usd
 FROM event_costs c
 JOIN events e USING (event_id)
 WHERE $file IS NULL OR e.file = $file

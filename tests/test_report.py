@@ -303,7 +303,16 @@ def test_tables_are_the_named_queries_answers(sample):
     by_model = queries.records(con, "cost_by_actor_and_model", per_actor=False, limit=None)
     assert {b: sum(r["events"] for r in by_model if r["basis"] == b)
             for b in totals["cost_basis"]} == totals["cost_basis"]
-    assert len(model.cost_by_model) == len(by_model)
+    # the cost tables are summed from the report's groups: the query's rows, to the last digit
+    assert model.cost_by_model == [
+        {"model": r["model"], "basis": r["basis"], "items": r["events"], "tokens": r["tokens"],
+         "cost_usd": r["cost_usd"], "actors": r["actors"]} for r in by_model]
+    by_actor = queries.records(con, "cost_by_actor_and_model",
+                               limit=len(model.cost_by_actor_model))
+    assert len(by_actor) > 5
+    assert model.cost_by_actor_model == [
+        {"actor": r["actor"], "model": r["model"], "basis": r["basis"], "items": r["events"],
+         "tokens": r["tokens"], "cost_usd": r["cost_usd"]} for r in by_actor]
 
 
 def test_timeline_is_aggregated_and_split_by_quiet_stretches(sample):
