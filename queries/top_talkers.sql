@@ -29,11 +29,12 @@ lines AS (
 ),
 -- the lines counted by what the figures below tell apart (target, session, kind, format, an
 -- action or not, failed or not): a few rows per actor, which the distinct counts and the
--- most frequent values read instead of every line
+-- most frequent values read instead of every line; dollars summed as decimals, the same to
+-- the last digit whatever order the rows come in
 grouped AS MATERIALIZED (
   SELECT actor, target, session, kind, format, act, failed, count(*) AS n,
          min(ts) AS first_ts, max(ts) AS last_ts, sum(byte_length) AS bytes,
-         sum(tokens) AS tokens, sum(cost_usd) AS cost_usd
+         sum(tokens) AS tokens, sum(CAST(cost_usd AS DECIMAL(38, 12))) AS cost_usd
   FROM lines GROUP BY ALL
 ),
 -- top_*: the most frequent value; ties go to the first in sort order
@@ -62,7 +63,7 @@ SELECT g.actor,
        string_agg(DISTINCT format, ',' ORDER BY format) FILTER (WHERE act) AS formats,
        coalesce(sum(bytes), 0) AS bytes,
        coalesce(sum(g.tokens), 0) AS tokens,
-       round(sum(g.cost_usd), 6) AS cost_usd
+       CAST(round(sum(g.cost_usd), 6) AS DOUBLE) AS cost_usd
 FROM grouped g LEFT JOIN tops t ON g.actor IS NOT DISTINCT FROM t.actor
 GROUP BY g.actor
 ORDER BY events DESC, bytes DESC, actor NULLS LAST

@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from . import db
+from .attribute import WHO_COLUMNS
 from .store import ADDED, Store, define_finding_views
 
 RUN_SCHEMA = "loophound.run/v1"
@@ -271,9 +272,9 @@ def run_connection(store: Store, run: SavedRun, tables: bool = True) -> duckdb.D
         SELECT event_id, cost_usd, cost_status, tokens FROM _attribution
         WHERE cost_status IS NOT NULL""")
     # `shared` (claimed by more than one finding) is not saved: every event may be
-    con.execute("""CREATE OR REPLACE TEMP TABLE _event_facts AS
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _event_facts AS
         SELECT e.event_id, CAST(e.event_id >> 32 AS INTEGER) AS input_id, x.fidx, e.ts, e.kind,
-               e.actor, e.target, e.model, e.error, e.byte_length, a.tokens, a.cost_usd,
+               {"".join(f"e.{c}, " for c in WHO_COLUMNS)}e.byte_length, a.tokens, a.cost_usd,
                a.cost_status, true AS fresh, true AS shared
         FROM events e LEFT JOIN _attribution a USING (event_id)
         LEFT JOIN _findx x ON x.finding_id = a.owner""")

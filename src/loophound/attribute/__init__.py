@@ -61,6 +61,11 @@ class Attributed:
     exclusive_cost_status: dict[str, int] = field(default_factory=dict)
 
 
+# Who acted on what, and how it went: what a report reads of each event beside its owner and
+# price (attribution's `_event_facts` has them `for_report`)
+WHO_COLUMNS = ("actor", "target", "model", "error", "ok")
+
+
 UNIT_KINDS_ALL = ("request", "message", "room_post", "session_start", "step", "llm_call",
                   "repair_attempt", "record", "connection", "config", "trigger", "audit",
                   "tool_call")
@@ -89,7 +94,7 @@ def attribute(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     it a table). Writing the table was a third of attribution at the incident's size."""
     keep_facts = keep_facts or for_report
     _claim(con, findings)
-    who = "e.actor, e.target, e.model, e.error," if for_report else ""
+    who = "".join(f"e.{c}, " for c in WHO_COLUMNS) if for_report else ""
     # source: the events to count; fresh: those the scan this one continues had not seen
     source, fresh = "events", "true"
     if continuing is not None:
@@ -406,7 +411,7 @@ def _split_sums(con: duckdb.DuckDBPyConnection, copies: bool) -> None:
 
 def facts_table(con: duckdb.DuckDBPyConnection, who: bool = False) -> None:
     """`_event_facts` as a table, for what reads it many times (a report), with who acted on
-    what (actor, target, model, error) when `who`: a scan that kept nothing left it a view
+    what (WHO_COLUMNS) when `who`: a scan that kept nothing left it a view
     (`attribute(keep_facts=False)`), one without a report in mind left those columns out."""
     is_view = con.execute("SELECT count(*) FROM duckdb_views() "
                           "WHERE temporary AND view_name = '_event_facts'").fetchall()[0][0] > 0
@@ -414,7 +419,7 @@ def facts_table(con: duckdb.DuckDBPyConnection, who: bool = False) -> None:
     add = who and "actor" not in has
     if not (is_view or add):
         return
-    extra, join = (", e.actor, e.target, e.model, e.error",
+    extra, join = ("".join(f", e.{c}" for c in WHO_COLUMNS),
                    "JOIN events e USING (event_id)") if add else ("", "")
     con.execute(f"CREATE OR REPLACE TEMP TABLE _event_facts_made AS "
                 f"SELECT f.* {extra} FROM _event_facts f {join}")

@@ -374,7 +374,7 @@ def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
     units = " OR ".join(f"e.kind = {db.sql_literal(k)}" for k in UNIT_KINDS_ALL)
     con.execute(f"""
       CREATE OR REPLACE TEMP VIEW _rep AS
-      SELECT e.event_id, e.input_id, e.ts, e.kind, e.actor, e.target, e.model, e.error,
+      SELECT e.event_id, e.input_id, e.ts, e.kind, e.actor, e.target, e.model, e.error, e.ok,
              e.byte_length, x.finding_id AS owner, x.incident, e.cost_usd, e.cost_status,
              e.tokens, (({units}) {not_copy}) AS unit
       FROM _event_facts e
@@ -383,15 +383,16 @@ def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
 
 
 def _groups(con: duckdb.DuckDBPyConnection) -> None:
-    """`_rep_groups`: the events of `_rep` counted by what the report's small tables tell
-    apart (incident, cost basis, kind, input, unit or not, actor, error, model): a few
-    rows, which the incidents' shares, kinds and inputs, the talkers' and errors' incident
-    columns and the cost tables read instead of every event, one pass where there were
-    seven (0.34 s of 0.69 s of gathering at 1.27 M events; 0.08 s so). Dollars are
+    """`_rep_groups`: the events of `_rep` counted by what the report's small figures and
+    tables tell apart (incident, cost basis, kind, input, unit or not, actor, error, model,
+    failed or not): a few rows, which the incidents' shares, kinds and inputs, the talkers,
+    the errors and the cost tables read instead of every event, one pass where there were
+    nine (0.53 s of 0.69 s of gathering at 1.27 M events; 0.08 s so). Dollars are
     decimals: they add up exactly however the rows are grouped."""
     con.execute(f"""
       CREATE OR REPLACE TEMP TABLE _rep_groups AS
-      SELECT incident, cost_status, kind, input_id, unit, actor, error, model, count(*) AS n,
+      SELECT incident, cost_status, kind, input_id, unit, actor, error, model,
+             error IS NOT NULL OR ok = false AS failed, count(*) AS n,
              sum(byte_length) AS bytes, sum(tokens) AS tokens, {DECIMAL_SUM} AS cost
       FROM _rep GROUP BY ALL""")
 
@@ -978,19 +979,62 @@ EXTRAS = {"rate": _rate_extra, "sequence": _sequence_extra, "graph": _graph_extr
 
 
 # -- tables ----------------------------------------------------------------------------------
-# Each table is a named query's answer (queries/*.sql, as `loophound query NAME` gives it);
-# what attribution adds to a row (how many of its events a runaway loop owns, which incidents
-# explain them) is this run's, from `_rep`.
+# Each table holds a named query's rows (queries/*.sql, as `loophound query NAME` gives them):
+# the quarantine's is the query's answer; the talkers', the errors' and the cost tables are
+# summed from `_rep_groups`, which holds every figure they are made of, where each query is a
+# pass over every event of its own (0.33 s of 0.69 s of gathering at 1.27 M events):
+# tests/test_report.py holds them to the queries' rows, column for column. What attribution
+# adds to a row (how many of its events a runaway loop owns, which incidents explain them)
+# is this run's.
 
 
-def _explained(con, key: str, where: str = "") -> dict[Any, tuple[int, list[str]]]:
-    """Per value of `key`: how many of its units (of the `_rep_groups` rows `where` keeps)
-    an incident owns, and the incidents that own any of those rows."""
-    rows = con.execute(f"""
-      SELECT {key}, coalesce(sum(n) FILTER (WHERE unit), 0),
-             list(DISTINCT incident ORDER BY incident)
-      FROM _rep_groups WHERE incident IS NOT NULL {where} GROUP BY ALL""").fetchall()
-    return {k: (int(n), owners) for k, n, owners in rows}
+def _records(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None
+             ) -> list[dict]:
+    res = con.execute(sql, params or {})
+    cols = [d[0] for d in res.description]
+    return [dict(zip(cols, row, strict=True)) for row in res.fetchall()]
+
+
+def talker_rows(con: duckdb.DuckDBPyConnection, limit: int | None) -> list[dict]:
+    """`top_talkers`' rows (every file, `no_actor=true`) as far as the report shows them
+    (actor, events, errors, bytes, tokens, cost_usd), with how many of each actor's units an
+    incident owns (`in_incidents`) and which (`owners`); `actors`: how many actors there are.
+    An event counts (`unit`) as the query's `act` does: an action, not a message's second
+    copy; `failed` as its `failed` does."""
+    return _records(con, f"""
+      SELECT actor, coalesce(sum(n) FILTER (WHERE unit), 0) AS events,
+             coalesce(sum(n) FILTER (WHERE unit AND failed), 0) AS errors,
+             coalesce(sum(bytes), 0) AS bytes, coalesce(sum(tokens), 0) AS tokens,
+             CAST(round(sum(cost), 6) AS DOUBLE) AS cost_usd,
+             coalesce(sum(n) FILTER (WHERE unit AND incident IS NOT NULL), 0) AS in_incidents,
+             coalesce(list(DISTINCT incident ORDER BY incident)
+                      FILTER (WHERE incident IS NOT NULL), []) AS owners,
+             count(actor) OVER () AS actors
+      FROM _rep_groups GROUP BY actor
+      ORDER BY events DESC, bytes DESC, actor NULLS LAST
+      {"" if limit is None else "LIMIT $limit"}""", None if limit is None else {"limit": limit})
+
+
+def error_rows(con: duckdb.DuckDBPyConnection, limit: int | None) -> list[dict]:
+    """`top_errors`' rows (every file) as far as the report shows them (error, attempts,
+    actors, top_actor: the most frequent, ties to the first in sort order), with how many
+    attempts an incident owns (`in_incidents`) and which (`owners`). An attempt is a unit
+    with an error, as the query counts it."""
+    return _records(con, f"""
+      WITH per_actor AS (
+        SELECT error, actor, sum(n) AS n,
+               sum(n) FILTER (WHERE incident IS NOT NULL) AS owned,
+               list(DISTINCT incident) FILTER (WHERE incident IS NOT NULL) AS owners
+        FROM _rep_groups WHERE unit AND error IS NOT NULL GROUP BY ALL)
+      SELECT error, CAST(sum(n) AS BIGINT) AS attempts, count(actor) AS actors,
+             list_sort(list({{'n': -n, 'v': actor}}) FILTER (WHERE actor IS NOT NULL))[1].v
+               AS top_actor,
+             coalesce(sum(owned), 0) AS in_incidents,
+             coalesce(list_sort(list_distinct(flatten(
+               list(owners) FILTER (WHERE owners IS NOT NULL)))), []) AS owners
+      FROM per_actor GROUP BY error
+      ORDER BY attempts DESC, error
+      {"" if limit is None else "LIMIT $limit"}""", None if limit is None else {"limit": limit})
 
 
 def _labels_of(owners: list[str], labels: dict[str, str]) -> list[str]:
@@ -999,35 +1043,22 @@ def _labels_of(owners: list[str], labels: dict[str, str]) -> list[str]:
 
 def _talkers(con, labels: dict[str, str], total_events: int, total_bytes: int
              ) -> tuple[list[dict], int]:
-    # what `_explained(con, "actor")` gives, and how many actors there are, in one pass
-    per_actor = con.execute("""
-      SELECT actor, coalesce(sum(n) FILTER (WHERE unit AND incident IS NOT NULL), 0),
-             list(DISTINCT incident ORDER BY incident) FILTER (WHERE incident IS NOT NULL)
-      FROM _rep_groups GROUP BY ALL""").fetchall()
-    explained = {k: (int(n), owners) for k, n, owners in per_actor if owners}
-    n_actors = sum(1 for k, _, _ in per_actor if k is not None)
-    out = []
-    for r in queries.records(con, "top_talkers", limit=TOP_ROWS, no_actor=True):
-        in_loops, owners = explained.get(r["actor"], (0, []))
-        out.append({
-            "actor": r["actor"], "events": r["events"],
-            "events_share": r["events"] / total_events if total_events else None,
-            "bytes": r["bytes"], "bytes_share": r["bytes"] / total_bytes if total_bytes else None,
-            "errors": r["errors"], "in_incidents": in_loops, "cost_usd": r["cost_usd"],
-            "tokens": r["tokens"], "incidents": _labels_of(owners, labels),
-        })
-    return out, n_actors
+    rows = talker_rows(con, TOP_ROWS)
+    out = [{
+        "actor": r["actor"], "events": r["events"],
+        "events_share": r["events"] / total_events if total_events else None,
+        "bytes": r["bytes"], "bytes_share": r["bytes"] / total_bytes if total_bytes else None,
+        "errors": r["errors"], "in_incidents": r["in_incidents"], "cost_usd": r["cost_usd"],
+        "tokens": r["tokens"], "incidents": _labels_of(r["owners"], labels),
+    } for r in rows]
+    return out, rows[0]["actors"] if rows else 0
 
 
 def _errors(con, labels: dict[str, str]) -> list[dict]:
-    explained = _explained(con, "error", "AND unit AND error IS NOT NULL")
-    out = []
-    for r in queries.records(con, "top_errors", limit=TOP_ROWS + 5):
-        in_loops, owners = explained.get(r["error"], (0, []))
-        out.append({"error": r["error"], "events": r["attempts"], "in_incidents": in_loops,
-                    "actors": r["actors"], "top_actor": r["top_actor"],
-                    "incidents": _labels_of(owners, labels)})
-    return out
+    return [{"error": r["error"], "events": r["attempts"], "in_incidents": r["in_incidents"],
+             "actors": r["actors"], "top_actor": r["top_actor"],
+             "incidents": _labels_of(r["owners"], labels)}
+            for r in error_rows(con, TOP_ROWS + 5)]
 
 
 def _cost_by_actor_model(con) -> list[dict]:
@@ -1050,16 +1081,14 @@ def cost_rows(con: duckdb.DuckDBPyConnection, per_actor: bool, limit: int | None
     joins every priced event to its actor and model (twice: 0.15 s of gathering at 1.27 M
     events). Its dollars are decimal sums, as the query's, so the rows are the same to
     the last digit (tests/test_report.py holds them to the query's)."""
-    res = con.execute(f"""
+    return _records(con, f"""
       SELECT {"actor" if per_actor else "NULL"} AS actor, model, cost_status AS basis,
              CAST(sum(n) AS BIGINT) AS events, count(DISTINCT actor) AS actors,
              sum(tokens) AS tokens, CAST(round(sum(cost), 6) AS DOUBLE) AS cost_usd
       FROM _rep_groups WHERE cost_status IS NOT NULL
       GROUP BY ALL
       ORDER BY cost_usd DESC NULLS LAST, events DESC, actor NULLS LAST, model NULLS LAST, basis
-      {"" if limit is None else "LIMIT $limit"}""", {} if limit is None else {"limit": limit})
-    cols = [d[0] for d in res.description]
-    return [dict(zip(cols, row, strict=True)) for row in res.fetchall()]
+      {"" if limit is None else "LIMIT $limit"}""", None if limit is None else {"limit": limit})
 
 
 def _quarantine(con) -> list[dict]:
