@@ -22,6 +22,7 @@ from loophound.ingest import ingest
 from loophound.report import build, fmt, gather, render
 from loophound.report.evidence import MAX_QUOTE_BYTES, quote
 from loophound.report.html import script_json
+from loophound.report.model import TOP_ROWS
 from loophound.scan import scan_store
 from loophound.store import Store
 
@@ -295,7 +296,7 @@ def test_tables_are_the_named_queries_answers(sample):
     # the talkers, errors and cost tables are summed from the report's groups: the queries'
     # rows, column for column, to the last digit
     shown = ("actor", "events", "bytes", "errors", "tokens", "cost_usd")
-    assert len(model.talkers) == 15 < len(talkers)
+    assert len(model.talkers) == TOP_ROWS < len(talkers)
     assert [tuple(t[c] for c in shown) for t in model.talkers] == [
         tuple(r[c] for c in shown) for r in talkers[:len(model.talkers)]]
     assert model.actors_total == sum(1 for r in talkers if r["actor"] is not None)
@@ -303,9 +304,9 @@ def test_tables_are_the_named_queries_answers(sample):
     assert sum(r["bytes"] for r in talkers) == totals["bytes"]
     assert sum(r["cost_usd"] or 0 for r in talkers) == pytest.approx(totals["cost_usd"])
     errors = queries.records(con, "top_errors", limit=1 << 30)
-    assert 3 < len(model.errors) == min(len(errors), 20)
+    assert 3 < len(model.errors) == min(len(errors), TOP_ROWS + 5)
     assert [(e["error"], e["events"], e["actors"], e["top_actor"]) for e in model.errors] == [
-        (r["error"], r["attempts"], r["actors"], r["top_actor"]) for r in errors[:20]]
+        (r["error"], r["attempts"], r["actors"], r["top_actor"]) for r in errors[:TOP_ROWS + 5]]
     by_model = queries.records(con, "cost_by_actor_and_model", per_actor=False, limit=None)
     assert {b: sum(r["events"] for r in by_model if r["basis"] == b)
             for b in totals["cost_basis"]} == totals["cost_basis"]

@@ -357,7 +357,11 @@ def records(con: duckdb.DuckDBPyConnection, query: str | NamedQuery,
     merged = dict(params or {}) if not isinstance(params, (list, tuple)) else dict(
         _split_assignments(params))
     merged.update(kw)
-    res = execute(con, query, merged)
+    return dicts(execute(con, query, merged))
+
+
+def dicts(res: duckdb.DuckDBPyConnection) -> list[dict]:
+    """The rows of an executed statement `res` as dicts, by column name."""
     cols = [d[0] for d in res.description]
     return [dict(zip(cols, row, strict=True)) for row in res.fetchall()]
 

@@ -354,14 +354,15 @@ class _Context:
 
 def _facts(con: duckdb.DuckDBPyConnection, incident_of: dict[str, str]) -> None:
     """One narrow row per event with its owner, the owner's incident and the cost
-    (attribution's `_event_facts`, owners named): every aggregate below reads this.
+    (attribution's `_event_facts`, owners named): every aggregate below reads this, most
+    of them through its groups (`_groups`).
     `unit`: the event is a unit of work (a request, message, step, ...), counted once: the
     second stored copy of a message both parties recorded (`_copies`) is not one.
     A view: each aggregate's pass over `_event_facts` names the owners through a table of a
     few rows, which costs less than writing a million rows again (0.27 s of CPU at 1.27 M).
     `unit` is spelled as comparisons, not `kind IN (...)`: DuckDB makes a long IN list a join,
     which every query over the view then pays, even one that never reads `unit` (0.02-0.03 s
-    of CPU a query at 1.27 M rows, a dozen queries)."""
+    of CPU a query at 1.27 M rows)."""
     facts_table(con, who=True)  # a scan without a report in mind left out who did what
     has_copies = define_message_copies(con) > 0
     copies = "LEFT JOIN _copies cp USING (event_id)" if has_copies else ""
@@ -982,17 +983,10 @@ EXTRAS = {"rate": _rate_extra, "sequence": _sequence_extra, "graph": _graph_extr
 # Each table holds a named query's rows (queries/*.sql, as `loophound query NAME` gives them):
 # the quarantine's is the query's answer; the talkers', the errors' and the cost tables are
 # summed from `_rep_groups`, which holds every figure they are made of, where each query is a
-# pass over every event of its own (0.33 s of 0.69 s of gathering at 1.27 M events):
+# pass over every event of its own (0.35 s of 0.69 s of gathering at 1.27 M events):
 # tests/test_report.py holds them to the queries' rows, column for column. What attribution
 # adds to a row (how many of its events a runaway loop owns, which incidents explain them)
 # is this run's.
-
-
-def _records(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None
-             ) -> list[dict]:
-    res = con.execute(sql, params or {})
-    cols = [d[0] for d in res.description]
-    return [dict(zip(cols, row, strict=True)) for row in res.fetchall()]
 
 
 def talker_rows(con: duckdb.DuckDBPyConnection, limit: int | None) -> list[dict]:
@@ -1000,8 +994,8 @@ def talker_rows(con: duckdb.DuckDBPyConnection, limit: int | None) -> list[dict]
     (actor, events, errors, bytes, tokens, cost_usd), with how many of each actor's units an
     incident owns (`in_incidents`) and which (`owners`); `actors`: how many actors there are.
     An event counts (`unit`) as the query's `act` does: an action, not a message's second
-    copy; `failed` as its `failed` does."""
-    return _records(con, f"""
+    copy; `failed` as its `failed` does. No `limit`: every actor."""
+    return queries.dicts(con.execute("""
       SELECT actor, coalesce(sum(n) FILTER (WHERE unit), 0) AS events,
              coalesce(sum(n) FILTER (WHERE unit AND failed), 0) AS errors,
              coalesce(sum(bytes), 0) AS bytes, coalesce(sum(tokens), 0) AS tokens,
@@ -1012,29 +1006,29 @@ def talker_rows(con: duckdb.DuckDBPyConnection, limit: int | None) -> list[dict]
              count(actor) OVER () AS actors
       FROM _rep_groups GROUP BY actor
       ORDER BY events DESC, bytes DESC, actor NULLS LAST
-      {"" if limit is None else "LIMIT $limit"}""", None if limit is None else {"limit": limit})
+      LIMIT $limit""", {"limit": limit}))
 
 
 def error_rows(con: duckdb.DuckDBPyConnection, limit: int | None) -> list[dict]:
     """`top_errors`' rows (every file) as far as the report shows them (error, attempts,
     actors, top_actor: the most frequent, ties to the first in sort order), with how many
     attempts an incident owns (`in_incidents`) and which (`owners`). An attempt is a unit
-    with an error, as the query counts it."""
-    return _records(con, f"""
+    with an error, as the query counts it. No `limit`: every error."""
+    return queries.dicts(con.execute("""
       WITH per_actor AS (
         SELECT error, actor, sum(n) AS n,
                sum(n) FILTER (WHERE incident IS NOT NULL) AS owned,
                list(DISTINCT incident) FILTER (WHERE incident IS NOT NULL) AS owners
         FROM _rep_groups WHERE unit AND error IS NOT NULL GROUP BY ALL)
       SELECT error, CAST(sum(n) AS BIGINT) AS attempts, count(actor) AS actors,
-             list_sort(list({{'n': -n, 'v': actor}}) FILTER (WHERE actor IS NOT NULL))[1].v
+             list_sort(list({'n': -n, 'v': actor}) FILTER (WHERE actor IS NOT NULL))[1].v
                AS top_actor,
              coalesce(sum(owned), 0) AS in_incidents,
              coalesce(list_sort(list_distinct(flatten(
                list(owners) FILTER (WHERE owners IS NOT NULL)))), []) AS owners
       FROM per_actor GROUP BY error
       ORDER BY attempts DESC, error
-      {"" if limit is None else "LIMIT $limit"}""", None if limit is None else {"limit": limit})
+      LIMIT $limit""", {"limit": limit}))
 
 
 def _labels_of(owners: list[str], labels: dict[str, str]) -> list[str]:
@@ -1080,15 +1074,15 @@ def cost_rows(con: duckdb.DuckDBPyConnection, per_actor: bool, limit: int | None
     events by actor, model and basis, which the groups hold already, where the query
     joins every priced event to its actor and model (twice: 0.15 s of gathering at 1.27 M
     events). Its dollars are decimal sums, as the query's, so the rows are the same to
-    the last digit (tests/test_report.py holds them to the query's)."""
-    return _records(con, f"""
+    the last digit (tests/test_report.py holds them to the query's). No `limit`: every row."""
+    return queries.dicts(con.execute(f"""
       SELECT {"actor" if per_actor else "NULL"} AS actor, model, cost_status AS basis,
              CAST(sum(n) AS BIGINT) AS events, count(DISTINCT actor) AS actors,
              sum(tokens) AS tokens, CAST(round(sum(cost), 6) AS DOUBLE) AS cost_usd
       FROM _rep_groups WHERE cost_status IS NOT NULL
       GROUP BY ALL
       ORDER BY cost_usd DESC NULLS LAST, events DESC, actor NULLS LAST, model NULLS LAST, basis
-      {"" if limit is None else "LIMIT $limit"}""", None if limit is None else {"limit": limit})
+      LIMIT $limit""", {"limit": limit}))
 
 
 def _quarantine(con) -> list[dict]:
