@@ -315,7 +315,7 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Tabl
     join follows (what it returns, this returns)."""
     t = _epoch_ms(rows["ts"])
     lines = _Lines(_lines_of(rows, t))
-    probe = np.flatnonzero(~lines.request & lines.unplaced)
+    probe = np.flatnonzero(lines.placing & ~lines.request & lines.unplaced)
     at, timed = lines.at[probe], lines.timed[probe]
     # requests a line without an id may answer: those without an id, or placed ('L' + line)
     placeable = lines.request & (lines.unplaced | (lines.named == lines.line))
@@ -335,7 +335,8 @@ def _correlate_idless(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> pa.Tabl
     requests = _Requests(lines, np.flatnonzero(placeable), stored)
     found = requests.place(lines, probe, at, timed)
     placed = _Placed(con, lines, probe, requests, found)
-    named_by_id = ~lines.request & ~lines.unplaced & (lines.named < 0)  # an id of the log's
+    # an id of the log's
+    named_by_id = lines.placing & ~lines.request & ~lines.unplaced & (lines.named < 0)
     if named_by_id.any() or not placeable[lines.request].all() or not placed.exact(con):
         _load(con, rows)
         placed.write_corr_ids(con)
@@ -375,22 +376,18 @@ _PLACING_FIELDS = ("answers", "latency_ms", "actor", "session", "parent_id", "ac
 
 
 def _lines_of(rows: pa.Table, t: np.ndarray) -> pa.Table:
-    """The rows placing reads of the batch (`rows`, their times `t` in ms): requests and the
-    lines that may answer one, with what it compares of them."""
+    """The columns placing reads of the batch (`rows`, their times `t` in ms), every row in
+    its place, so that a row of these is the row of the batch: `placing` marks the requests
+    and the lines that may answer one. (Only those rows were taken once: a filter copied
+    every string of the batch's six text columns, a seventh of placing.)"""
     kind = rows["kind"]
     request, response = _is(kind, "request"), _is(kind, "response")
     placing = request | response | _is(kind, "lifecycle")
-    # only the columns read here (the rest of a row, its arguments, result and extra, was
-    # copied for nothing), kept chunk by chunk: a take of a batch mapped in parts joined each
-    # column's chunks first (a filter keeps the same rows in the same order)
-    taken = rows.select(["event_id", "line", "corr_id", *_PLACING_FIELDS]).filter(
-        numpy_arrow(placing))
     return pa.table({
-        "event_id": taken["event_id"], "line": taken["line"],
-        "request": numpy_arrow(request[placing]), "response": numpy_arrow(response[placing]),
-        "unplaced": taken["corr_id"].is_null(), "named": _named(taken["corr_id"]),
-        **{c: taken[c] for c in _PLACING_FIELDS},
-        "t": numpy_arrow(t[placing])})
+        "event_id": rows["event_id"], "line": rows["line"], "placing": numpy_arrow(placing),
+        "request": numpy_arrow(request), "response": numpy_arrow(response),
+        "unplaced": rows["corr_id"].is_null(), "named": _named(rows["corr_id"]),
+        **{c: rows[c] for c in _PLACING_FIELDS}, "t": numpy_arrow(t)})
 
 
 class _Lines:
@@ -400,8 +397,9 @@ class _Lines:
         self.table = table
         self.event_id, self.line, self.t = (arrow_numpy(table[c]) for c in ("event_id", "line", "t"))
         self.input = self.event_id >> 32
-        self.request, self.response, self.unplaced = (
-            arrow_numpy(table[c], null=False) for c in ("request", "response", "unplaced"))
+        self.placing, self.request, self.response, self.unplaced = (
+            arrow_numpy(table[c], null=False)
+            for c in ("placing", "request", "response", "unplaced"))
         self.named = arrow_numpy(table["named"], null=-1)
         self.answers = arrow_numpy(table["answers"], null=-1)
         latency = arrow_numpy(table["latency_ms"], null=np.nan)
@@ -612,7 +610,8 @@ class _Placed:
                 if before is not None:
                     corr_line[found < 0] = before
                     break
-        earlier = np.flatnonzero(~lines.request & ~lines.unplaced & (lines.named >= 0))
+        earlier = np.flatnonzero(lines.placing & ~lines.request & ~lines.unplaced
+                                 & (lines.named >= 0))
         self.answering = np.concatenate([probe, earlier])
         self.corr_line = np.concatenate([corr_line, lines.named[earlier]])
         self.probes = len(probe)
@@ -706,6 +705,8 @@ class _Placed:
         outcome, as the UPDATEs of `batch` by event id wrote them (UPDATEs of text columns
         cost most of placing); the outcomes of stored requests answered here go to
         `late_outcomes`."""
+        if table.num_rows != self.lines.table.num_rows:
+            raise RuntimeError("placing finished other rows than it read")
         written = np.flatnonzero(self.written)
         lines, row = self.lines, self.row[written]
         answering = self.answering[written]
@@ -716,8 +717,7 @@ class _Placed:
         answered_by[row[response]] = answering[response]
         rows = np.flatnonzero((lines.request & lines.unplaced) | (answered_by >= 0))
         by = answered_by[rows]
-        at = _positions(table, lines.event_id[np.concatenate([answering, rows])])
-        asked, at = at[len(answering):], at[:len(answering)]
+        asked, at = rows, answering  # a row of `lines` is the row of `table` (`_lines_of`)
         table = _set(table, "corr_id", np.concatenate([at, asked]), _line_names(
             np.concatenate([self.corr_line[written], lines.line[rows]])))
         table = _set(table, "parent_id", at, pa.nulls(len(at)))
@@ -741,17 +741,6 @@ class _Placed:
         corr_line = self.corr_line[:self.probes]
         return pa.table({"event_id": numpy_arrow(self.lines.event_id[self.answering[:self.probes]]),
                          "corr_line": numpy_arrow(corr_line, mask=corr_line < 0)})
-
-
-def _positions(table: pa.Table, event_id: np.ndarray) -> np.ndarray:
-    """The rows of `table` of the events `event_id` (each there once)."""
-    ids = arrow_numpy(table["event_id"])
-    order = None if len(ids) < 2 or (np.diff(ids) > 0).all() else np.argsort(ids, kind="stable")
-    ordered = ids if order is None else ids[order]
-    at = np.minimum(np.searchsorted(ordered, event_id), max(len(ids) - 1, 0))
-    if len(event_id) and not (ordered[at] == event_id).all():
-        raise RuntimeError("an event placed is not in the batch")
-    return at if order is None else order[at]
 
 
 def _set(table: pa.Table, name: str, at: np.ndarray, values: pa.Array | pa.ChunkedArray
