@@ -1733,8 +1733,7 @@ class _Mapper:
         computed = _computed_keys(_provided(self.con, self.fmt.select_sql(self.ctx)))
         table = _keys_by_value(self.con, table, computed)
         if self.merges_later():
-            table = _merged_by_line(table, self.con.sql(
-                "SELECT line, merged FROM unknown").to_arrow_table())
+            table = _merged_by_line(table, db.arrow(self.con, "SELECT line, merged FROM unknown"))
         return table
 
     def rows(self, batch: LineBatch, mapped: tuple[pa.Table, Counter] | None = None) -> pa.Table:
@@ -1805,7 +1804,7 @@ class _MapAhead:
         try:
             con.execute("CREATE OR REPLACE TEMP VIEW raw AS SELECT * FROM raw_all")
             mapper._find_unknown_keys(unknown, merge=mapper.merges_later())
-            table = con.sql(mapper.mapped_sql()).to_arrow_table()
+            table = db.arrow(con, mapper.mapped_sql())
             table = mapper.completed(table)
         except duckdb.Error:
             return None
@@ -2029,8 +2028,8 @@ def _keys_by_value(con: duckdb.DuckDBPyConnection, table: pa.Table,
         distinct = table.select(list(sources)).take(db.numpy_arrow(rows[first]))
         numbered = distinct.append_column("_i", db.numpy_arrow(np.arange(len(first))))
         with db.registered(con, "_distinct", numbered):
-            keys = con.sql(f"SELECT {key_sql(*sources)} AS k FROM _distinct ORDER BY _i"
-                           ).to_arrow_table()["k"]
+            keys = db.arrow(con, f"SELECT {key_sql(*sources)} AS k FROM _distinct ORDER BY _i"
+                            )["k"]
         if len(keys) != len(first):
             raise RuntimeError("the keys of distinct values came back in another number")
         at = np.full(table.num_rows, -1, dtype=np.int64)  # each row's key, -1: none (NULL)
