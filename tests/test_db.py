@@ -207,6 +207,23 @@ def test_strings_arrow_gives_the_strings_and_nulls_pa_array_gives():
     assert db.strings_arrow([]).equals(pa.array([], pa.large_string()))
 
 
+@pytest.mark.parametrize("once", [True, False], ids=["submitted once", "relation"])
+def test_arrow_gives_the_rows_of_a_relation_with_its_values_bound(monkeypatch, once):
+    """`db.arrow` runs a query through the engine's one-shot call where the pinned duckdb has
+    it (it does: the fast path is what ingest runs), else through a relation: the same rows,
+    types and chunks both ways, and a value is bound, never read as SQL."""
+    assert db._SUBMIT
+    monkeypatch.setattr(db, "_SUBMIT", once)
+    con = db.scratch()
+    query = ("SELECT i, $tag || i AS s, CASE WHEN i % 3 = 0 THEN NULL ELSE i * 1.5 END AS d "
+             "FROM range($n) t(i)")
+    values = {"tag": "'); DROP TABLE x; --", "n": 300_000}
+    got = db.arrow(con, query, values)
+    assert got.equals(con.sql(query, params=values).to_arrow_table())
+    assert got.num_rows == 300_000 and got["s"][1].as_py() == "'); DROP TABLE x; --1"
+    assert db.arrow(con, "SELECT 1 AS one WHERE false").num_rows == 0
+
+
 CONVERSIONS = """
 import sys
 import numpy as np
