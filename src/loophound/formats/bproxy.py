@@ -721,21 +721,17 @@ class _Placed:
         table = _set(table, "corr_id", np.concatenate([at, asked]), _line_names(
             np.concatenate([self.corr_line[written], lines.line[rows]])))
         table = _set(table, "parent_id", at, pa.nulls(len(at)))
+        # a response's request fields: `fields` is the batch's rows (these columns are not
+        # set yet), then the stored requests', so one take of each column picks them
         to, source = at[joined], row[joined]
         actorless = ~arrow_numpy(table["actor"].is_valid())[to]
-        if (source < table.num_rows).all():  # every request in this batch: a take of its own
-            table = _set(table, "answers", to, numpy_arrow(lines.event_id[source]))
-            for c in ("action", "session"):
-                table = _copy_rows(table, c, to, source)
-            table = _copy_rows(table, "actor", to[actorless], source[actorless])
-        else:
-            taken = self.fields.take(numpy_arrow(source))
-            for c, name in (("event_id", "answers"), ("action", "action"), ("session", "session")):
-                table = _set(table, name, to, taken[c])
-            table = _set(table, "actor", to[actorless],
-                         taken["actor"].take(numpy_arrow(np.flatnonzero(actorless))))
+        table = _set(table, "answers", to,
+                     numpy_arrow(arrow_numpy(self.fields["event_id"])[source]))
+        table = _picked(table, "action", self.fields["action"], to, source)
+        table = _picked(table, "session", self.fields["session"], to, source)
+        table = _picked(table, "actor", self.fields["actor"], to[actorless], source[actorless])
         for c in ("ok", "error", "latency_ms"):  # a request's outcome: its response's
-            table = _copy_rows(table, c, asked[by >= 0], by[by >= 0])
+            table = _picked(table, c, table[c], asked[by >= 0], by[by >= 0])
         if self.found_stored:
             _late_outcomes(con, table)
         elif self.late is not None and self.late.num_rows:
@@ -753,26 +749,19 @@ def _set(table: pa.Table, name: str, at: np.ndarray, values: pa.Array | pa.Chunk
          ) -> pa.Table:
     """`table` with its column `name` at rows `at` set to `values` (one take, not a
     comparison per row)."""
-    if not len(at):
-        return table
     column = table[name]
     new = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     merged = pa.chunked_array(column.chunks + [v.cast(column.type) for v in new], column.type)
     return _picked(table, name, merged, at, table.num_rows + np.arange(len(at)))
 
 
-def _copy_rows(table: pa.Table, name: str, at: np.ndarray, rows: np.ndarray) -> pa.Table:
-    """`table` with its column `name` at rows `at` set to what it holds at `rows` (a
-    request's fields on its response's row, and back): one take of the column, where
-    `_set` of the values taken out first made two."""
-    if not len(at):
-        return table
-    return _picked(table, name, table[name], at, rows)
-
-
 def _picked(table: pa.Table, name: str, column: pa.ChunkedArray, at: np.ndarray,
             rows: np.ndarray) -> pa.Table:
-    """`table` with its column `name` made of `column`: its own rows, but `rows` at `at`."""
+    """`table` with its column `name` made of `column` (the column itself, or with rows
+    after it): its own rows, but `rows` at `at`, in one take (taking the values out first
+    and then putting them in, as `_set` must, is two)."""
+    if not len(at):
+        return table
     pick = np.arange(table.num_rows)
     pick[at] = rows
     i = table.schema.get_field_index(name)
