@@ -1,0 +1,507 @@
+"""no_progress: an agent that keeps working and gets nowhere.
+
+Real agents rarely loop by repeating one call to the letter, back to back (repeated_action's
+shape). They restore a file from git or a backup, try another edit, look at the same lines,
+run the same failing test and restore again; they retry a commit that a hook rejects while
+the hook's message alternates between two checkers; they click the same button with a page
+whose screenshot text differs a little each time. What these share is not identity but lack
+of progress: over a stretch of its run, the agent's calls keep landing where they landed
+before.
+
+The model. Each call of an (actor, session) gets a *family* and an *outcome*:
+- family: the call with its variable parts masked (ids, hashes, times, addresses) and its
+  free text set aside (a commit message, a description, a comment), file paths and numbers
+  kept (`sed -n '10,20p' a.py` and `sed -n '30,40p' a.py` are two calls; a batch over items
+  17, 18, 19 is not one call repeated);
+- outcome: failed or not, and the output with the same masks, plus fractional numbers (a
+  test's 0.31 s) masked, integers kept (2 failed → 1 failed is progress).
+
+Three ways a stretch makes no progress, each a rule that says why:
+- **revert**: the same file restored to the same state (`git checkout F`, `git restore F`,
+  `cp F.bak F`, `mv F.orig F`), with the same answer, `min_restores` times or more, each
+  restore within `max_gap` calls of the last. Whatever was done between two restores was
+  thrown away by the second one.
+- **retry**: the same call failing `min_failures` times or more, each within `max_gap`
+  calls of the last, with at most a third as many distinct errors as failures (the
+  hook's message alternates between two checkers: still the same two walls), and no success
+  of that call between. A test whose failure changes every time (TDD) has as many errors as
+  runs and is progress; `min_identical_failures` identical failures back to back are a retry
+  too.
+- **repeat**: the same call with the same outcome `min_repeats` times or more, where
+  between two of them either at most `tight_gap` other calls came or most of what came
+  between (`stale_share`) repeats calls already made in the stretch. A reproduction re-run
+  after a real patch, with new work between, is progress; re-reading the same lines between
+  the same two edits is not.
+
+The stretches an actor's rules find in one session that overlap are one finding.
+
+Healthy look-alikes that stay quiet: a poll whose answer changes (the outcome differs, so
+the chain breaks), a batch over distinct items (distinct families), TDD whose failures change
+(distinct outcomes), a verification run repeated after real, new changes (stale share low),
+two restores before the fix works (below `min_restores`).
+
+- measure: the calls of each (actor, session), their families and outcomes, and the
+  stretches the rules find (pure kernel: `stretches`);
+- judge: medium from the rules' minimums, high from `high_count` key calls;
+- describe: what repeated, how often, over which lines, and what changed in between.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+import duckdb
+
+from ..vocabulary import Severity
+from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
+
+KINDS = ("tool_call", "step")
+
+
+@dataclass
+class Params:
+    min_restores: int = param(3, "restores of one file to the same state that make a revert cycle")
+    min_failures: int = param(4, "failures of one call, with few distinct errors, that make a retry "
+                                 "loop")
+    min_identical_failures: int = param(3, "identical failures of one call with nothing else between "
+                                           "(in the actor's own calls) that make a retry loop")
+    min_repeats: int = param(4, "the same call with the same outcome, without progress between, that "
+                                "make a repeat loop")
+    max_gap: int = param(30, "most other calls between two links of a revert or retry chain")
+    tight_gap: int = param(3, "between two repeats of a call, at most this many other calls are no "
+                              "progress whatever they are")
+    stale_share: float = param(0.6, "between two repeats further apart, the share of calls that repeat "
+                                    "one already made in the stretch for it to be no progress")
+    max_stale_gap: int = param(12, "most other calls between two repeats of a call for them to be one "
+                                   "chain, however stale")
+    high_count: int = param(8, "key calls (restores, failures, repeats) that make a finding high")
+
+
+# ---------------------------------------------------------------------------------------------
+# families: what a call is, what it got (pure)
+
+_MASKS = (
+    (re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
+     "<UUID>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<TS>"),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<TIME>"),
+    (re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?::\d+)?\b"), "<IP>"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<ADDR>"),
+    (re.compile(r"\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\d[0-9a-fA-F]*\b|\b[0-9a-fA-F]*\d[0-9a-fA-F]*"
+                r"[a-fA-F][0-9a-fA-F]*\b"),
+     "<HEX>"),
+    (re.compile(r"/tmp/[^\s'\"]+"), "<TMP>"),
+)
+# a hex word of 7 characters or more with letters and digits: a commit, an id, a hash
+_HEX_MIN = 7
+_FRACTION = re.compile(r"\b\d+\.\d+\s*(?:s|ms|sec|seconds|secs|µs|us|ns|m|min)?\b")
+_DURATION = re.compile(r"\b\d+\s*(?:ms|µs|us|ns|sec|secs|seconds)\b")
+_SPACE = re.compile(r"\s+")
+# where an agent's command keeps free text: a commit message, a PR body, an echo's text
+_MESSAGE_OPT = re.compile(r"""(-m|--message|--body|--title|-t|--description)(\s+|=)"""
+                          r"""("(?:[^"\\]|\\.)*"|'[^']*')""")
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1(.*?)\n\2\b", re.S)
+_PREFIX = re.compile(r"^\s*(?:(?:cd\s+[^;&|\n]+?\s*(?:&&|;)|[A-Za-z_][A-Za-z0-9_]*=\S*)\s*)+")
+# argument keys of tool calls that hold free text, not what the call does
+FREE_TEXT_KEYS = frozenset({"description", "message", "comment", "reason", "explanation", "thought",
+                            "title", "summary", "commit_message", "justification", "rationale"})
+# a restore: the file put back as it was (from git or a backup copy)
+_GIT_RESTORE = re.compile(r"\bgit\s+(?:checkout(?:\s+HEAD)?\s+(?:--\s+)?|restore\s+(?:--\S+\s+)*)"
+                          r"((?:[\w./-]+\.\w+|[\w.-]+/[\w./-]+)(?:\s+(?:[\w./-]+\.\w+|[\w.-]+/[\w./-]+))*)")
+_COPY_BACK = re.compile(r"\b(?:cp|mv)\s+(?:-\w+\s+)*(\S+)\s+(\S+)")
+_BACKUP_WORD = re.compile(r"(?i)(?:\.|_|-|~|^|/)(?:bak|backup|orig|original|save|saved|old|copy)\w*"
+                          r"(?:\.\w+)?$|~$")
+
+
+def _masked(text: str) -> str:
+    for pattern, token in _MASKS:
+        text = pattern.sub(token, text) if token != "<HEX>" else pattern.sub(_hex_or_word, text)
+    return text
+
+
+def _hex_or_word(m: re.Match) -> str:
+    return "<HEX>" if len(m.group(0)) >= _HEX_MIN else m.group(0)
+
+
+def command_of(args: str | None) -> str | None:
+    """The command a call ran, when its arguments are a shell command (`{"command": ...}`,
+    `{"cmd": [...]}`), else None."""
+    if not args:
+        return None
+    try:
+        parsed = json.loads(args)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict):
+        cmd = parsed.get("command", parsed.get("cmd"))
+        if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
+            # Codex: ["bash", "-lc", "the command"]
+            return cmd[-1] if len(cmd) >= 3 and cmd[1] in ("-lc", "-c") else " ".join(cmd)
+        return cmd if isinstance(cmd, str) else None
+    return None
+
+
+def shell_family(cmd: str) -> str:
+    """A shell command as a family: its `cd DIR &&` prefix, free text (commit messages, a
+    heredoc's body is kept: it is the edit) and ids masked away."""
+    cmd = _PREFIX.sub("", cmd.strip())
+    cmd = _MESSAGE_OPT.sub(lambda m: f"{m.group(1)} <TEXT>", cmd)
+    cmd = _HEREDOC.sub(lambda m: f"<<{m.group(2)} #{_digest(m.group(3))}", cmd)
+    return _SPACE.sub(" ", _masked(cmd)).strip()
+
+
+def call_family(action: str | None, args: str | None) -> str:
+    """What a call is, for comparing calls that vary only in what does not matter."""
+    cmd = command_of(args)
+    if cmd is not None:
+        return f"{action or ''}\x1f{shell_family(cmd)}"
+    try:
+        parsed = json.loads(args) if args else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        kept = {k: v for k, v in sorted(parsed.items()) if k not in FREE_TEXT_KEYS}
+        body = json.dumps(kept, sort_keys=True, default=str)
+    else:
+        body = args or ""
+    return f"{action or ''}\x1f{_SPACE.sub(' ', _masked(body)).strip()}"
+
+
+def outcome_family(failed: bool, error: str | None, result: str | None) -> str:
+    """What a call got: failed or not, and what it said, with the parts that vary from run to
+    run of the same outcome masked (ids, addresses, times, durations); integers are kept, as a
+    count that changes is news."""
+    text = f"{error or ''}\x1f{result or ''}"
+    text = _DURATION.sub("<DUR>", _FRACTION.sub("<DUR>", _masked(text)))
+    return ("F" if failed else "S") + _digest(_SPACE.sub(" ", text).strip())
+
+
+def restored_file(cmd: str | None) -> str | None:
+    """The file a shell command puts back as it was (`git checkout F`, `git restore F`,
+    `cp F.bak F`, `mv F.orig F`), else None."""
+    if not cmd:
+        return None
+    body = _PREFIX.sub("", cmd)
+    m = _GIT_RESTORE.search(body)
+    if m and not re.search(r"\bgit\s+checkout\s+-[bB]\b", body):
+        return " ".join(sorted(m.group(1).split()))
+    for m in _COPY_BACK.finditer(body):
+        src, dst = m.group(1).strip("'\""), m.group(2).strip("'\"")
+        if src == dst:
+            continue
+        dst_name = dst.rstrip("/").rsplit("/", 1)[-1]
+        src_name = src.rsplit("/", 1)[-1]
+        if dst.endswith("/"):
+            dst, dst_name = dst + src_name, src_name
+        if (src_name.startswith(dst_name) and src_name != dst_name
+                and _BACKUP_WORD.search(src_name[len(dst_name):] or "~")) or (
+                _BACKUP_WORD.search(src) and src_name.split(".")[0].startswith(dst_name.split(".")[0])
+                and not _BACKUP_WORD.search(dst)):
+            return dst
+    return None
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernel: stretches without progress in one actor's calls (pure)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of an actor in a session, as the rules read it."""
+
+    family: str
+    outcome: str
+    failed: bool
+    restores: str | None = None  # the file it puts back as it was
+
+
+@dataclass
+class Stretch:
+    """A stretch of an actor's calls in which it made no progress, and why."""
+
+    rule: str  # revert, retry, repeat
+    key: list[int]  # the indexes of the calls that say so (the restores, failures, repeats)
+    subject: int  # the index of a call that shows what repeated (the first key call)
+    outcomes: int  # distinct outcomes of the key calls
+    lo: int = 0
+    hi: int = 0
+    rules: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.lo, self.hi = min(self.key), max(self.key)
+        self.rules = self.rules or {self.rule}
+
+
+def _chains(indexes: list[int], max_gap: int) -> list[list[int]]:
+    """`indexes` (ascending) cut where two neighbours are more than `max_gap` calls apart."""
+    out: list[list[int]] = []
+    for i in indexes:
+        if out and i - out[-1][-1] - 1 <= max_gap:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _reverts(calls: list[Call], p: Params) -> list[Stretch]:
+    by_file: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(calls):
+        if c.restores and not c.failed:
+            by_file.setdefault((c.restores, c.outcome), []).append(i)
+    out = []
+    for idx in by_file.values():
+        for chain in _chains(idx, p.max_gap):
+            # a restore right after a restore undoes nothing: count the rounds
+            rounds = [i for k, i in enumerate(chain) if k == 0 or i - chain[k - 1] > 1]
+            if len(rounds) >= p.min_restores:
+                out.append(Stretch("revert", rounds, rounds[0], 1))
+    return out
+
+
+def _retries(calls: list[Call], p: Params) -> list[Stretch]:
+    by_family: dict[str, list[int]] = {}
+    for i, c in enumerate(calls):
+        by_family.setdefault(c.family, []).append(i)
+    out = []
+    for idx in by_family.values():
+        # the family's runs of failures: a success of the same call ends one
+        runs: list[list[int]] = [[]]
+        for i in idx:
+            if calls[i].failed:
+                runs[-1].append(i)
+            elif runs[-1]:
+                runs.append([])
+        for run in runs:
+            for chain in _chains(run, p.max_gap):
+                errors = len({calls[i].outcome for i in chain})
+                few = len(chain) >= p.min_failures and errors * 3 <= len(chain) + 2
+                same_in_a_row = (len(chain) >= p.min_identical_failures and errors == 1
+                                 and chain[-1] - chain[0] == len(chain) - 1)
+                if few or same_in_a_row:
+                    out.append(Stretch("retry", chain, chain[0], errors))
+    return out
+
+
+def _repeats(calls: list[Call], p: Params) -> list[Stretch]:
+    by_pair: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(calls):
+        by_pair.setdefault((c.family, c.outcome), []).append(i)
+    out = []
+    for idx in by_pair.values():
+        if len(idx) < p.min_repeats:
+            continue
+        chain = [idx[0]]
+        for i in idx[1:]:
+            if _stale_between(calls, chain[0], chain[-1], i, p):
+                chain.append(i)
+                continue
+            if len(chain) >= p.min_repeats:
+                out.append(Stretch("repeat", chain, chain[0], 1))
+            chain = [i]
+        if len(chain) >= p.min_repeats:
+            out.append(Stretch("repeat", chain, chain[0], 1))
+    return out
+
+
+def _stale_between(calls: list[Call], start: int, last: int, nxt: int, p: Params) -> bool:
+    """Whether nothing between the repeats `last` and `nxt` of one call was progress: few
+    calls, or mostly calls already made since the stretch began at `start`."""
+    between = range(last + 1, nxt)
+    if len(between) <= p.tight_gap:
+        return True
+    if len(between) > p.max_stale_gap:
+        return False
+    seen = {calls[i].family for i in range(start, last + 1)}
+    stale = 0
+    for i in between:
+        if calls[i].family in seen:
+            stale += 1
+        seen.add(calls[i].family)
+    return stale >= p.stale_share * len(between)
+
+
+def stretches(calls: list[Call], p: Params) -> list[Stretch]:
+    """The stretches of `calls` (one actor's, in one session, in order) without progress,
+    those that overlap merged into one (its key calls the union of theirs)."""
+    found = sorted(_reverts(calls, p) + _retries(calls, p) + _repeats(calls, p),
+                   key=lambda s: (s.lo, s.hi))
+    merged: list[Stretch] = []
+    for s in found:
+        if merged and s.lo <= merged[-1].hi:
+            m = merged[-1]
+            m.key = sorted(set(m.key) | set(s.key))
+            m.hi = max(m.hi, s.hi)
+            m.rules |= s.rules
+            m.outcomes = max(m.outcomes, s.outcomes)
+            if _RULE_ORDER[s.rule] < _RULE_ORDER[m.rule]:
+                m.rule, m.subject = s.rule, s.subject
+        else:
+            merged.append(s)
+    return merged
+
+
+# which rule names a merged stretch: a revert says most about why, a repeat least
+_RULE_ORDER = {"revert": 0, "retry": 1, "repeat": 2}
+
+
+# ---------------------------------------------------------------------------------------------
+# measure
+
+CALLS = f"""
+SELECT event_id, actor, session, ts, file, line, action, args, result, ok, error
+FROM events WHERE list_contains({list(KINDS)}, kind) AND actor IS NOT NULL AND ts IS NOT NULL
+  AND (action IS NOT NULL OR args IS NOT NULL)
+ORDER BY actor, session NULLS FIRST, ts, event_id
+"""
+
+
+@dataclass
+class Stall:
+    """A stretch without progress, with what a reader needs of it."""
+
+    actor: str
+    session: str | None
+    rule: str
+    rules: set[str]
+    count: int  # key calls
+    calls: int  # calls in the stretch, key calls included
+    outcomes: int
+    action: str | None
+    what: str  # the call that repeated, as the log gives it (clipped)
+    said: str | None  # what it got (clipped)
+    restored: str | None
+    ids: list[int]  # event ids of the key calls
+    evidence: list[tuple[str, int]]  # file, line of the key calls
+    start: dt.datetime
+    stop: dt.datetime
+    new_between: int  # distinct calls between the key calls not made before in the stretch
+    other_between: int  # calls between the key calls
+
+
+def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Stall]:
+    rows = con.execute(CALLS).fetchall()
+    out: list[Stall] = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i][1:3] != rows[start][1:3]:
+            out += _stalls_of(rows[start:i], p)
+            start = i
+    out.sort(key=lambda s: (s.start, s.actor, str(s.session)))
+    return out
+
+
+def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
+    calls = []
+    for _eid, _actor, _session, _ts, _file, _line, action, args, result, ok, error in rows:
+        failed = error is not None or ok is False
+        cmd = command_of(args)
+        calls.append(Call(call_family(action, args), outcome_family(failed, error, result), failed,
+                          restored_file(cmd)))
+    out = []
+    for s in stretches(calls, p):
+        key = s.key
+        first = rows[s.subject]
+        families_before: set[str] = set()
+        new = 0
+        for i in range(s.lo, s.hi + 1):
+            if i not in key and calls[i].family not in families_before:
+                new += 1
+            families_before.add(calls[i].family)
+        out.append(Stall(
+            actor=first[1], session=first[2], rule=s.rule, rules=s.rules, count=len(key),
+            calls=s.hi - s.lo + 1, outcomes=s.outcomes, action=first[6],
+            what=command_of(first[7]) or first[7] or first[6] or "",
+            said=first[10] or first[8], restored=calls[s.subject].restores,
+            ids=[rows[i][0] for i in key], evidence=[(rows[i][4], rows[i][5]) for i in key],
+            start=rows[s.lo][3], stop=rows[s.hi][3], new_between=new,
+            other_between=s.hi - s.lo + 1 - len(key)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# judge
+
+
+def judge(s: Stall, p: Params) -> Severity | None:
+    return Severity.HIGH if s.count >= p.high_count else Severity.MEDIUM
+
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def _clip(text: str | None, n: int) -> str:
+    text = _SPACE.sub(" ", text or "").strip()
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def describe(s: Stall, severity: Severity, p: Params) -> Finding:
+    where = f" in session {s.session}" if s.session else ""
+    what = _clip(s.what, 100)
+    span = human_duration((s.stop - s.start).total_seconds())
+    between = (f"{s.other_between:,} other call{'s' if s.other_between != 1 else ''} came between, "
+               f"{s.new_between:,} of them new to the stretch" if s.other_between
+               else "nothing came between")
+    if s.rule == "revert":
+        title = f"{s.actor} restored {s.restored} {s.count:,} times{where}"
+        why = (f"{s.actor} put {s.restored} back as it was {s.count:,} times (`{what}`, the same answer "
+               f"each time) over {span}; {between}, and each restore threw away what was tried since "
+               "the last: a revert-and-retry cycle that makes no progress")
+    elif s.rule == "retry":
+        errors = "the same error" if s.outcomes == 1 else f"only {s.outcomes} distinct errors"
+        title = f"`{_clip(s.what, 60)}` failed {s.count:,} times{where}"
+        why = (f"{s.actor} ran `{what}` {s.count:,} times over {span} and it failed every time with "
+               f"{errors} ({_clip(s.said, 100)!r} first); {between}, and none of it got the call "
+               "past the failure")
+    else:
+        title = f"`{_clip(s.what, 60)}` made {s.count:,} times with the same outcome{where}"
+        why = (f"{s.actor} made `{what}` {s.count:,} times over {span} and got the same outcome "
+               f"each time; {between}: the stretch kept landing where it had been")
+    also = sorted(s.rules - {s.rule})
+    summary = why + (f" (also: {', '.join(also)})" if also else "") + "."
+    evidence = [EvidenceLine(f, ln, f"{s.rule} {k + 1} of {s.count}")
+                for k, (f, ln) in enumerate(s.evidence)]
+    return Finding(
+        detector="no_progress",
+        key=f"{s.actor}|{s.session}|{s.rule}|{s.start:%Y-%m-%dT%H:%M:%S.%f}",
+        severity=severity, title=title, summary=summary,
+        signal=f"{s.count:,} calls without progress ({s.rule})",
+        recommendation=("Make the agent notice that it is back where it was: count, per session, "
+                        "restores of one file, failures of one command and calls that got an "
+                        "answer already seen, and stop or escalate at the third (a PreToolUse hook "
+                        "in Claude Code; a wrapper around the tool elsewhere). Ask it to say what "
+                        "it will do differently before it retries."),
+        start=s.start, end=s.stop, actors=[s.actor], targets=[],
+        sessions=[s.session] if s.session else [],
+        claim_sql="SELECT event_id FROM events WHERE event_id IN (SELECT unnest($ids))",
+        claim_params={"ids": s.ids},
+        unit_kinds=KINDS,
+        details={"rule": s.rule, "rules": sorted(s.rules), "count": s.count,
+                 "calls_in_stretch": s.calls, "distinct_outcomes": s.outcomes,
+                 "calls_between": s.other_between, "new_calls_between": s.new_between,
+                 "call": _clip(s.what, 400), "answer": _clip(s.said, 400),
+                 "restored": s.restored, "duration_s": (s.stop - s.start).total_seconds()},
+        evidence=evidence, evidence_limit=max(5, len(evidence)),
+    )
+
+
+DETECTOR = Detector(
+    name="no_progress",
+    description="an agent working without progress: restoring one file again and again, a call "
+                "failing with the same few errors, the same calls landing on the same outcome",
+    params=Params,
+    run=staged(measure, judge, describe),
+    rank=11,
+    max_severity="high",
+    reads=KINDS,
+    needs=(("ts",), ("action", "args"), ("actor",)),
+    partition_by=("session",),
+)
