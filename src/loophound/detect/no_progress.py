@@ -221,6 +221,8 @@ class Call:
     outcome: str
     failed: bool
     restores: str | None = None  # the file it puts back as it was
+    # whether the log says what the call returned: "the same outcome" is claimed only then
+    known: bool = True
 
 
 @dataclass
@@ -285,7 +287,7 @@ def _retries(calls: list[Call], p: Params) -> list[Stretch]:
                 few = len(chain) >= p.min_failures and errors * 3 <= len(chain) + 2
                 same_in_a_row = (len(chain) >= p.min_identical_failures and errors == 1
                                  and chain[-1] - chain[0] == len(chain) - 1)
-                if few or same_in_a_row:
+                if (few or same_in_a_row) and not _poll_that_ended(calls, chain, p):
                     out.append(Stretch("retry", chain, chain[0], errors))
     return out
 
@@ -293,22 +295,34 @@ def _retries(calls: list[Call], p: Params) -> list[Stretch]:
 def _repeats(calls: list[Call], p: Params) -> list[Stretch]:
     by_pair: dict[tuple[str, str], list[int]] = {}
     for i, c in enumerate(calls):
-        by_pair.setdefault((c.family, c.outcome), []).append(i)
+        if c.known:
+            by_pair.setdefault((c.family, c.outcome), []).append(i)
     out = []
     for idx in by_pair.values():
         if len(idx) < p.min_repeats:
             continue
-        chain = [idx[0]]
+        chains: list[list[int]] = [[idx[0]]]
         for i in idx[1:]:
-            if _stale_between(calls, chain[0], chain[-1], i, p):
-                chain.append(i)
-                continue
-            if len(chain) >= p.min_repeats:
-                out.append(Stretch("repeat", chain, chain[0], 1))
-            chain = [i]
-        if len(chain) >= p.min_repeats:
-            out.append(Stretch("repeat", chain, chain[0], 1))
+            if _stale_between(calls, chains[-1][0], chains[-1][-1], i, p):
+                chains[-1].append(i)
+            else:
+                chains.append([i])
+        out += [Stretch("repeat", c, c[0], 1) for c in chains
+                if len(c) >= p.min_repeats and not _poll_that_ended(calls, c, p)]
     return out
+
+
+def _poll_that_ended(calls: list[Call], chain: list[int], p: Params) -> bool:
+    """Whether a chain of the same call, made back to back, is a poll that got its news: the
+    same call soon after with another answer, not a failure (the build finished, the export
+    is ready)."""
+    if chain[-1] - chain[0] != len(chain) - 1:
+        return False
+    family, outcome = calls[chain[0]].family, calls[chain[0]].outcome
+    for c in calls[chain[-1] + 1: chain[-1] + 2 + p.tight_gap]:
+        if c.family == family:
+            return c.outcome != outcome and not c.failed
+    return False
 
 
 def _stale_between(calls: list[Call], start: int, last: int, nxt: int, p: Params) -> bool:
@@ -404,7 +418,7 @@ def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
         failed = error is not None or ok is False
         cmd = command_of(args)
         calls.append(Call(call_family(action, args), outcome_family(failed, error, result), failed,
-                          restored_file(cmd)))
+                          restored_file(cmd), known=result is not None or error is not None))
     out = []
     for s in stretches(calls, p):
         key = s.key
@@ -499,7 +513,8 @@ DETECTOR = Detector(
                 "failing with the same few errors, the same calls landing on the same outcome",
     params=Params,
     run=staged(measure, judge, describe),
-    rank=11,
+    # the detectors of one shape (repeated_action, repeated_error) explain their loops best
+    rank=30,
     max_severity="high",
     reads=KINDS,
     needs=(("ts",), ("action", "args"), ("actor",)),

@@ -13,6 +13,7 @@ from ..registry import present
 from .base import Format, FormatContext
 
 _MODULES = ("bproxy", "sven", "labtrust", "hooks", "claude_code", "codex", "otlp", "trajectory",
+            "chat_history",
             "generic")
 
 
