@@ -52,6 +52,7 @@ import datetime as dt
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import duckdb
@@ -71,6 +72,8 @@ class Params:
                                            "(in the actor's own calls) that make a retry loop")
     min_repeats: int = param(4, "the same call with the same outcome, without progress between, that "
                                 "make a repeat loop")
+    min_near_repeats: int = param(6, "the same call made back to back whose answers differ only in "
+                                     "numbers (a scroll position, a count) that make a repeat loop")
     max_gap: int = param(30, "most other calls between two links of a revert or retry chain")
     tight_gap: int = param(3, "between two repeats of a call, at most this many other calls are no "
                               "progress whatever they are")
@@ -98,7 +101,7 @@ _MASKS = (
 )
 # a hex word of 7 characters or more with letters and digits: a commit, an id, a hash
 _HEX_MIN = 7
-_FRACTION = re.compile(r"\b\d+\.\d+\s*(?:s|ms|sec|seconds|secs|µs|us|ns|m|min)?\b")
+_FRACTION = re.compile(r"\d+\.\d+\s*(?:s|ms|sec|seconds|secs|µs|us|ns|m|min)?\b")
 _DURATION = re.compile(r"\b\d+\s*(?:ms|µs|us|ns|sec|secs|seconds)\b")
 _SPACE = re.compile(r"\s+")
 # where an agent's command keeps free text: a commit message, a PR body, an echo's text
@@ -115,6 +118,9 @@ _GIT_RESTORE = re.compile(r"\bgit\s+(?:checkout(?:\s+HEAD)?\s+(?:--\s+)?|restore
 _COPY_BACK = re.compile(r"\b(?:cp|mv)\s+(?:-\w+\s+)*(\S+)\s+(\S+)")
 _BACKUP_WORD = re.compile(r"(?i)(?:\.|_|-|~|^|/)(?:bak|backup|orig|original|save|saved|old|copy)\w*"
                           r"(?:\.\w+)?$|~$")
+
+
+_BACKUP_FOLDER = re.compile(r"(?i)(?:^|/)[^/]*(?:bak|backup|orig|saved?)[^/]*/")
 
 
 def _masked(text: str) -> str:
@@ -180,6 +186,15 @@ def outcome_family(failed: bool, error: str | None, result: str | None) -> str:
     return ("F" if failed else "S") + _digest(_SPACE.sub(" ", text).strip())
 
 
+_NUMBER = re.compile(r"\d+")
+
+
+def rough_outcome(failed: bool, error: str | None, result: str | None) -> str:
+    """The outcome with every number masked as well: answers that differ only in a position or
+    a count compare equal."""
+    return outcome_family(failed, _NUMBER.sub("<N>", error or ""), _NUMBER.sub("<N>", result or ""))
+
+
 def restored_file(cmd: str | None) -> str | None:
     """The file a shell command puts back as it was (`git checkout F`, `git restore F`,
     `cp F.bak F`, `mv F.orig F`), else None."""
@@ -197,10 +212,12 @@ def restored_file(cmd: str | None) -> str | None:
         src_name = src.rsplit("/", 1)[-1]
         if dst.endswith("/"):
             dst, dst_name = dst + src_name, src_name
-        if (src_name.startswith(dst_name) and src_name != dst_name
-                and _BACKUP_WORD.search(src_name[len(dst_name):] or "~")) or (
-                _BACKUP_WORD.search(src) and src_name.split(".")[0].startswith(dst_name.split(".")[0])
-                and not _BACKUP_WORD.search(dst)):
+        suffixed = (src_name.startswith(dst_name) and src_name != dst_name
+                    and _BACKUP_WORD.search(src_name[len(dst_name):]))
+        renamed = (_BACKUP_WORD.search(src_name) and not _BACKUP_WORD.search(dst_name)
+                   and src_name.split(".")[0].startswith(dst_name.split(".")[0]))
+        from_folder = src_name == dst_name and _BACKUP_FOLDER.search(src)
+        if suffixed or renamed or from_folder:
             return dst
     return None
 
@@ -223,6 +240,7 @@ class Call:
     restores: str | None = None  # the file it puts back as it was
     # whether the log says what the call returned: "the same outcome" is claimed only then
     known: bool = True
+    rough: str = ""  # the outcome with every number masked too
 
 
 @dataclass
@@ -283,8 +301,9 @@ def _retries(calls: list[Call], p: Params) -> list[Stretch]:
                 runs.append([])
         for run in runs:
             for chain in _chains(run, p.max_gap):
-                errors = len({calls[i].outcome for i in chain})
-                few = len(chain) >= p.min_failures and errors * 3 <= len(chain) + 2
+                walls = Counter(calls[i].rough for i in chain)
+                errors, most = len(walls), max(walls.values())
+                few = len(chain) >= p.min_failures and most >= max(3, (len(chain) + 1) // 2)
                 same_in_a_row = (len(chain) >= p.min_identical_failures and errors == 1
                                  and chain[-1] - chain[0] == len(chain) - 1)
                 if (few or same_in_a_row) and not _poll_that_ended(calls, chain, p):
@@ -303,12 +322,34 @@ def _repeats(calls: list[Call], p: Params) -> list[Stretch]:
             continue
         chains: list[list[int]] = [[idx[0]]]
         for i in idx[1:]:
-            if _stale_between(calls, chains[-1][0], chains[-1][-1], i, p):
-                chains[-1].append(i)
+            chain = chains[-1]
+            # the first link has nothing before it to be stale against: it is taken on trust
+            # when near, and the chain then stands or falls by the links after it
+            first_link = len(chain) == 1 and i - chain[-1] - 1 <= p.max_stale_gap
+            if first_link or _stale_between(calls, chain[0], chain[-1], i, p):
+                chain.append(i)
+            elif len(chain) == 2 and _stale_between(calls, chain[1], chain[1], i, p):
+                chains[-1] = [chain[1], i]  # the trusted link was not; the next one is
             else:
                 chains.append([i])
         out += [Stretch("repeat", c, c[0], 1) for c in chains
                 if len(c) >= p.min_repeats and not _poll_that_ended(calls, c, p)]
+    return out
+
+
+def _near_repeats(calls: list[Call], p: Params) -> list[Stretch]:
+    """Runs of the same call made back to back whose answers differ only in numbers: a page
+    scrolled again and again, a counter that moves while nothing else does."""
+    out = []
+    start = 0
+    for i in range(1, len(calls) + 1):
+        if i < len(calls) and calls[i].known and calls[start].known and (
+                calls[i].family, calls[i].rough) == (calls[start].family, calls[start].rough):
+            continue
+        run = list(range(start, i))
+        if len(run) >= p.min_near_repeats and not _poll_that_ended(calls, run, p):
+            out.append(Stretch("repeat", run, run[0], len({calls[k].outcome for k in run})))
+        start = i
     return out
 
 
@@ -345,7 +386,8 @@ def _stale_between(calls: list[Call], start: int, last: int, nxt: int, p: Params
 def stretches(calls: list[Call], p: Params) -> list[Stretch]:
     """The stretches of `calls` (one actor's, in one session, in order) without progress,
     those that overlap merged into one (its key calls the union of theirs)."""
-    found = sorted(_reverts(calls, p) + _retries(calls, p) + _repeats(calls, p),
+    found = sorted(_reverts(calls, p) + _retries(calls, p) + _repeats(calls, p)
+                   + _near_repeats(calls, p),
                    key=lambda s: (s.lo, s.hi))
     merged: list[Stretch] = []
     for s in found:
@@ -418,7 +460,8 @@ def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
         failed = error is not None or ok is False
         cmd = command_of(args)
         calls.append(Call(call_family(action, args), outcome_family(failed, error, result), failed,
-                          restored_file(cmd), known=result is not None or error is not None))
+                          restored_file(cmd), known=result is not None or error is not None,
+                          rough=rough_outcome(failed, error, result)))
     out = []
     for s in stretches(calls, p):
         key = s.key
