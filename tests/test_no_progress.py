@@ -64,7 +64,8 @@ def test_outcomes_ignore_durations_and_addresses_but_not_counts():
     assert outcome_family(True, "E", "done in 0m12.09s at 0x7f3a2b") == \
         outcome_family(True, "E", "done in 0m11.50s at 0x7f9999")
     assert outcome_family(False, None, "3 failed") != outcome_family(False, None, "2 failed")
-    assert rough_outcome(False, None, "positioned 20% down") == rough_outcome(False, None, "positioned 40% down")
+    assert rough_outcome(False, None, "positioned 20% down") == \
+        rough_outcome(False, None, "positioned 40% down")
 
 
 @pytest.mark.parametrize("cmd, restored", [
