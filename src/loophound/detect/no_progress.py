@@ -557,7 +557,7 @@ DETECTOR = Detector(
     params=Params,
     run=staged(measure, judge, describe),
     # the detectors of one shape (repeated_action, repeated_error) explain their loops best
-    rank=30,
+    rank=32,
     max_severity="high",
     reads=KINDS,
     needs=(("ts",), ("action", "args"), ("actor",)),
