@@ -24,6 +24,7 @@ from loophound.detect.no_progress import (
     restored_file,
     rough_outcome,
     shell_family,
+    stated_runs,
     stretches,
 )
 
@@ -181,6 +182,12 @@ def test_calls_whose_result_the_log_does_not_hold_are_not_the_same_outcome():
     assert stretches(calls, P) == []
 
 
+def test_a_runtime_saying_three_times_in_a_row_that_it_is_stuck():
+    said = [False, True, True, False, True, True, True, True, False, True]
+    assert stated_runs(said, 3) == [[4, 5, 6, 7]]
+    assert stated_runs([True, True, False, True, True], 3) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # end to end, on real public logs
 
@@ -204,7 +211,7 @@ def no_progress(doc: dict) -> list[dict]:
 ])
 def test_real_loops_are_found_over_their_own_lines(tmp_path, log, lines, count, rule):
     doc = scan(tmp_path, REAL / log)
-    [f] = no_progress(doc)
+    [f] = [f for f in no_progress(doc) if f["details"]["rule"] != "stated"]
     assert f["severity"] == "medium" and f["details"]["rule"] == rule
     assert f["details"]["count"] == count
     evidence = [e["line"] for e in f["evidence"]]
@@ -229,3 +236,13 @@ def test_a_who_and_when_history_is_read_turn_by_turn(tmp_path):
     doc = scan(tmp_path, REAL / "ww/hand-crafted-30.json")
     [inp] = doc["inputs"]
     assert inp["format"] == "chat_history" and inp["lines"] == 121
+
+
+def test_the_orchestrators_own_ledger_is_read(tmp_path):
+    """hand-crafted-30's Orchestrator says is_in_loop in the ledgers of lines 111, 115 and 119,
+    over the clicks of its loop (and in four earlier runs of three or four)."""
+    doc = scan(tmp_path, REAL / "ww/hand-crafted-30.json")
+    stated = [f for f in no_progress(doc) if f["details"]["rule"] == "stated"]
+    assert [[e["line"] for e in f["evidence"]] for f in stated] == [
+        [18, 22, 26, 30], [41, 45, 49, 53], [80, 84, 87], [111, 115, 119]]
+    assert all(f["severity"] == "medium" and f["actors"] == ["Orchestrator"] for f in stated)

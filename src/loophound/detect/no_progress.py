@@ -16,7 +16,7 @@ The model. Each call of an (actor, session) gets a *family* and an *outcome*:
 - outcome: failed or not, and the output with the same masks, plus fractional numbers (a
   test's 0.31 s) masked, integers kept (2 failed → 1 failed is progress).
 
-Three ways a stretch makes no progress, each a rule that says why:
+Ways a stretch makes no progress, each a rule that says why:
 - **revert**: the same file restored to the same state (`git checkout F`, `git restore F`,
   `cp F.bak F`, `mv F.orig F`), with the same answer, `min_restores` times or more, each
   restore within `max_gap` calls of the last. Whatever was done between two restores was
@@ -27,11 +27,15 @@ Three ways a stretch makes no progress, each a rule that says why:
   of that call between. A test whose failure changes every time (TDD) has as many errors as
   runs and is progress; `min_identical_failures` identical failures back to back are a retry
   too.
+- **stated**: `min_stated` of a runtime's own progress checks in a row said the run was in a
+  loop or not progressing (Magentic-One's ledger: `is_in_loop`, `is_progress_being_made`),
+  where the format's profile names the key that carries them.
 - **repeat**: the same call with the same outcome `min_repeats` times or more, where
   between two of them either at most `tight_gap` other calls came or most of what came
   between (`stale_share`) repeats calls already made in the stretch. A reproduction re-run
   after a real patch, with new work between, is progress; re-reading the same lines between
-  the same two edits is not.
+  the same two edits is not. Also `min_near_repeats` of the same call back to back whose
+  answers differ only in numbers (a page scrolled on and on: the position moves, nothing else).
 
 The stretches an actor's rules find in one session that overlap are one finding.
 
@@ -59,6 +63,7 @@ import duckdb
 
 from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
+from .profiles import extra_key_sql
 
 KINDS = ("tool_call", "step")
 
@@ -81,6 +86,8 @@ class Params:
                                     "one already made in the stretch for it to be no progress")
     max_stale_gap: int = param(12, "most other calls between two repeats of a call for them to be one "
                                    "chain, however stale")
+    min_stated: int = param(3, "a runtime's own progress checks in a row saying its run is looping or "
+                               "not progressing (Magentic-One's ledger) that make a finding")
     high_count: int = param(8, "key calls (restores, failures, repeats) that make a finding high")
 
 
@@ -404,8 +411,23 @@ def stretches(calls: list[Call], p: Params) -> list[Stretch]:
     return merged
 
 
+def stated_runs(stalled: list[bool], min_stated: int) -> list[list[int]]:
+    """The runs of at least `min_stated` consecutive progress checks (one actor's, in order)
+    that said the run was stalled."""
+    out: list[list[int]] = []
+    run: list[int] = []
+    for i, flag in enumerate([*stalled, False]):
+        if flag:
+            run.append(i)
+            continue
+        if len(run) >= min_stated:
+            out.append(run)
+        run = []
+    return out
+
+
 # which rule names a merged stretch: a revert says most about why, a repeat least
-_RULE_ORDER = {"revert": 0, "retry": 1, "repeat": 2}
+_RULE_ORDER = {"revert": 0, "retry": 1, "repeat": 2, "stated": 3}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,15 +464,46 @@ class Stall:
     other_between: int  # calls between the key calls
 
 
+# what a runtime's own progress checks said (formats whose profile names a `stalled_key`)
+STATED = f"""
+SELECT event_id, actor, session, ts, file, line, stalled FROM (
+  SELECT *, {extra_key_sql('stalled_key')} AS stalled FROM events
+  WHERE kind = 'record' AND actor IS NOT NULL AND ts IS NOT NULL)
+WHERE stalled IS NOT NULL
+ORDER BY actor, session NULLS FIRST, ts, event_id
+"""
+
+
+def _groups(rows: list[tuple]) -> list[list[tuple]]:
+    """`rows` (sorted by actor and session, the 2nd and 3rd columns) cut per (actor, session)."""
+    out: list[list[tuple]] = []
+    for row in rows:
+        if out and out[-1][0][1:3] == row[1:3]:
+            out[-1].append(row)
+        else:
+            out.append([row])
+    return out
+
+
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Stall]:
-    rows = con.execute(CALLS).fetchall()
     out: list[Stall] = []
-    start = 0
-    for i in range(1, len(rows) + 1):
-        if i == len(rows) or rows[i][1:3] != rows[start][1:3]:
-            out += _stalls_of(rows[start:i], p)
-            start = i
-    out.sort(key=lambda s: (s.start, s.actor, str(s.session)))
+    for group in _groups(con.execute(CALLS).fetchall()):
+        out += _stalls_of(group, p)
+    for group in _groups(con.execute(STATED).fetchall()):
+        out += _stated_of(group, p)
+    out.sort(key=lambda s: (s.start, s.actor, str(s.session), s.rule))
+    return out
+
+
+def _stated_of(rows: list[tuple], p: Params) -> list[Stall]:
+    out = []
+    for run in stated_runs([r[6] == "true" for r in rows], p.min_stated):
+        first, last = rows[run[0]], rows[run[-1]]
+        out.append(Stall(
+            actor=first[1], session=first[2], rule="stated", rules={"stated"}, count=len(run),
+            calls=len(run), outcomes=1, action=None, what="", said=None, restored=None,
+            ids=[rows[i][0] for i in run], evidence=[(rows[i][4], rows[i][5]) for i in run],
+            start=first[3], stop=last[3], new_between=0, other_between=0))
     return out
 
 
@@ -518,6 +571,11 @@ def describe(s: Stall, severity: Severity, p: Params) -> Finding:
         why = (f"{s.actor} ran `{what}` {s.count:,} times over {span} and it failed every time with "
                f"{errors} ({_clip(s.said, 100)!r} first); {between}, and none of it got the call "
                "past the failure")
+    elif s.rule == "stated":
+        title = f"{s.actor} judged {s.count:,} times in a row that the run was stuck{where}"
+        why = (f"{s.actor}'s own progress checks said {s.count:,} times in a row, over {span}, that "
+               "the run was in a loop or making no progress, and it went on: the log states the "
+               "stall itself")
     else:
         title = f"`{_clip(s.what, 60)}` made {s.count:,} times with the same outcome{where}"
         why = (f"{s.actor} made `{what}` {s.count:,} times over {span} and got the same outcome "
@@ -559,7 +617,7 @@ DETECTOR = Detector(
     # the detectors of one shape (repeated_action, repeated_error) explain their loops best
     rank=32,
     max_severity="high",
-    reads=KINDS,
+    reads=(*KINDS, "record"),
     needs=(("ts",), ("action", "args"), ("actor",)),
     partition_by=("session",),
 )

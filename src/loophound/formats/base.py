@@ -64,6 +64,10 @@ class FormatProfile:
     # the `extra` key holding a message's text (its content, as JSON when it is not a plain
     # string), which repeated_message compares after masking
     text_key: str | None = None
+    # the `extra` key a runtime's own progress check sets on its record: `true` where it judged
+    # its run looping or making no progress (Magentic-One's progress ledger), `false` where it
+    # judged otherwise; no_progress reads a run of such judgements as what the log says
+    stalled_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,11 @@ What a turn becomes:
   the next, and a page that did not change is what a repeated action is judged by;
 - any other turn ⇒ `message` to the speaker before it (or after it, for the first).
 
+Magentic-One's Orchestrator states after each round, in its progress ledger, whether the team
+is in a loop (`is_in_loop`) and whether it is making progress (`is_progress_being_made`):
+`extra.stalled` is true on a ledger that says either, false on one that says neither (the
+profile's `stalled_key`, which no_progress reads).
+
 No clock: turn n (1-based) at n - 1 seconds after 2000-01-01 (the simulated clock of
 trajectories, `extra.clock` = `step-index`). Session: the file's name (the document states
 the task's `question_ID`, which several runs share; it is kept in `extra`). The document's
@@ -98,6 +103,16 @@ _REPORT = (r"'^(?:I (clicked|typed|scrolled|hovered|visited|navigated|searched|p
 _OCR = r"'(?s)\n*(Automatic OCR of the page screenshot|The following metadata was extracted).*$'"
 
 
+# Magentic-One's progress ledger (an Orchestrator thought, `Updated Ledger: {...}`) states
+# `is_in_loop` and `is_progress_being_made`, each `{"reason", "answer"}`: stalled when either
+# says so, not stalled when the ledger says neither, NULL on other turns
+_LEDGER = r"""'"{key}"\s*:\s*\{{[^}}]*"answer"\s*:\s*(true|false)'"""
+_IN_LOOP = f"regexp_extract(j->>'$.content', {_LEDGER.format(key='is_in_loop')}, 1)"
+_PROGRESS = f"regexp_extract(j->>'$.content', {_LEDGER.format(key='is_progress_being_made')}, 1)"
+_STALLED = (f"CASE WHEN {_IN_LOOP} = 'true' OR {_PROGRESS} = 'false' THEN true "
+            f"WHEN {_IN_LOOP} = 'false' OR {_PROGRESS} = 'true' THEN false END")
+
+
 def select_sql(ctx: FormatContext) -> str:
     body = "coalesce(j->>'$.content', CAST(j->'$.content' AS VARCHAR), '')"
     role = "coalesce(j->>'$.role', '')"
@@ -131,7 +146,8 @@ def select_sql(ctx: FormatContext) -> str:
       CASE WHEN verb IS NOT NULL THEN NOT ({failed}) END AS ok,
       CASE WHEN verb IS NOT NULL AND ({failed}) THEN head END AS error,
       {sim_ts('line - 1')} AS ts,
-      CAST(json_object('clock', '{CLOCK}', 'text', left({body}, 500)) AS VARCHAR) AS extra
+      CAST(json_object('clock', '{CLOCK}', 'text', left({body}, 500), 'stalled', {_STALLED})
+        AS VARCHAR) AS extra
     FROM t
     """
 
@@ -154,7 +170,7 @@ FIELDS = frozenset({"content", "role", "name"})
 
 PROFILE = FormatProfile(simulated_clock=f"{CLOCK}: a chat history states no time; turn n is at "
                                         "n - 1 seconds after 2000-01-01 UTC",
-                        text_key="text")
+                        text_key="text", stalled_key="stalled")
 
 FORMAT = Format(
     name="chat_history",
