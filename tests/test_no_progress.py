@@ -22,6 +22,7 @@ from loophound.detect.no_progress import (
     call_family,
     outcome_family,
     restored_file,
+    retry_family,
     rough_outcome,
     shell_family,
     stated_runs,
@@ -67,6 +68,20 @@ def test_outcomes_ignore_durations_and_addresses_but_not_counts():
     assert outcome_family(False, None, "3 failed") != outcome_family(False, None, "2 failed")
     assert rough_outcome(False, None, "positioned 20% down") == \
         rough_outcome(False, None, "positioned 40% down")
+
+
+def bash(cmd: str) -> str:
+    return retry_family("Bash", json.dumps({"command": cmd}))
+
+
+def test_a_retry_is_the_same_programs_on_the_same_paths():
+    assert bash("cd /testbed && python repro.py 2>&1 | head -20") == bash("python repro.py")
+    assert bash('git add -A && git commit -m "one"') == bash("git add -A && git commit --no-verify -m 'two'")
+    assert bash("mix test test/a_test.exs:42") != bash("mix test test/b_test.exs:42")
+    # a search's pattern is what it looks for, after a pipe too
+    assert bash('git log -p -- a.py | grep -A3 "one"') != bash('git log -p -- a.py | grep -A3 "two"')
+    assert retry_family("Edit", '{"file_path": "a.py", "old_string": "x"}') == \
+        retry_family("Edit", '{"file_path": "a.py", "old_string": "y"}')
 
 
 @pytest.mark.parametrize("cmd, restored", [

@@ -184,6 +184,42 @@ def call_family(action: str | None, args: str | None) -> str:
     return f"{action or ''}\x1f{_SPACE.sub(' ', _masked(body)).strip()}"
 
 
+_SEGMENT = re.compile(r"\s*(?:&&|\|\||;)\s*")
+_PATHLIKE = re.compile(r"^(?:[\w.~-]*(?:/[\w.@+-]+)+/?|[\w@+-]+\.[A-Za-z]\w{0,5})(?::\d+)*$")
+PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "url", "target_file")
+
+
+def retry_family(action: str | None, args: str | None) -> str:
+    """A call as a retry of it is recognised: the programs it runs (with a subcommand), the
+    paths it names and its quoted arguments (a search pattern), options and free text (a
+    commit message, a heredoc) dropped (`python repro.py` and `python repro.py 2>&1 |
+    head`, `git commit -m A` and `git commit --no-verify -m B` are one call retried); a tool
+    call by its tool and the file or address it acts on."""
+    cmd = command_of(args)
+    if cmd is None:
+        try:
+            parsed = json.loads(args) if args else None
+        except ValueError:
+            parsed = None
+        where = [str(parsed[k]) for k in PATH_KEYS if isinstance(parsed, dict) and k in parsed]
+        return f"{action or ''}\x1f" + ("\x1f".join(where) if where else call_family(action, args))
+    words = []
+    body = _HEREDOC.sub(" ", _MESSAGE_OPT.sub(" ", _PREFIX.sub("", cmd.strip())))
+    for segment in _SEGMENT.split(body):
+        # what a pipe feeds the output through (head, grep) is not the call, but what it looks
+        # for is (a grep's pattern: its exit code is the pipeline's)
+        first, _, piped = segment.partition("|")
+        words += [t for t in piped.split() if t[:1] in "'\""]
+        tokens = [t for t in first.split() if not re.match(r"^[0-9]*[<>&]", t)]
+        if not tokens:
+            continue
+        words.append(tokens[0].rsplit("/", 1)[-1])
+        if len(tokens) > 1 and re.match(r"^[a-z][\w-]*$", tokens[1]) and not _PATHLIKE.match(tokens[1]):
+            words.append(tokens[1])
+        words += [t for t in tokens[1:] if _PATHLIKE.match(t.strip("'\"")) or t[:1] in "'\""]
+    return f"{action or ''}\x1f{_masked(' '.join(words))}"
+
+
 def outcome_family(failed: bool, error: str | None, result: str | None) -> str:
     """What a call got: failed or not, and what it said, with the parts that vary from run to
     run of the same outcome masked (ids, addresses, times, durations); integers are kept, as a
@@ -248,6 +284,7 @@ class Call:
     # whether the log says what the call returned: "the same outcome" is claimed only then
     known: bool = True
     rough: str = ""  # the outcome with every number masked too
+    retry: str = ""  # the call as its retries are recognised (retry_family)
 
 
 @dataclass
@@ -296,7 +333,7 @@ def _reverts(calls: list[Call], p: Params) -> list[Stretch]:
 def _retries(calls: list[Call], p: Params) -> list[Stretch]:
     by_family: dict[str, list[int]] = {}
     for i, c in enumerate(calls):
-        by_family.setdefault(c.family, []).append(i)
+        by_family.setdefault(c.retry or c.family, []).append(i)
     out = []
     for idx in by_family.values():
         # the family's runs of failures: a success of the same call ends one
@@ -514,7 +551,8 @@ def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
         cmd = command_of(args)
         calls.append(Call(call_family(action, args), outcome_family(failed, error, result), failed,
                           restored_file(cmd), known=result is not None or error is not None,
-                          rough=rough_outcome(failed, error, result)))
+                          rough=rough_outcome(failed, error, result),
+                          retry=retry_family(action, args)))
     out = []
     for s in stretches(calls, p):
         key = s.key
