@@ -12,7 +12,10 @@ import json
 import re
 from pathlib import Path
 
+import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from loophound.cli import app
@@ -21,6 +24,8 @@ from loophound.detect.no_progress import (
     Params,
     call_family,
     outcome_family,
+    outcome_text,
+    outcome_text_sql,
     restored_file,
     retry_family,
     rough_outcome,
@@ -261,3 +266,26 @@ def test_the_orchestrators_own_ledger_is_read(tmp_path):
     assert [[e["line"] for e in f["evidence"]] for f in stated] == [
         [18, 22, 26, 30], [41, 45, 49, 53], [80, 84, 87], [111, 115, 119]]
     assert all(f["severity"] == "medium" and f["actors"] == ["Orchestrator"] for f in stated)
+
+
+# ---------------------------------------------------------------------------------------------
+# the outcome's masking, in DuckDB and in Python alike
+
+OUTCOME_SAMPLES = [
+    "done in 0m12.09s at 0x7f3a2b, pid 4182",
+    "Traceback (most recent call last):\n  File \"/tmp/tmpab12cd/x.py\", line 3\nKeyError: 'a1b2c3d'",
+    "2026-02-12T14:28:06.123Z 10.0.0.12:8080 took 35 ms; 3 failed, 12 passed in 0.31s",
+    "commit 8cc42b0bd39d04e71e509d7d58e6782ab435329f\tuuid 6adcf0da-e8ac-4760-8026-66fb75b5ee45",
+    "  leading and   trailing\twhite\r\nspace  ",
+]
+
+
+@given(st.one_of(st.sampled_from(OUTCOME_SAMPLES),
+                 st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                         max_size=80)),
+       st.one_of(st.none(), st.sampled_from(OUTCOME_SAMPLES), st.text(max_size=40)))
+@settings(max_examples=150, deadline=None)
+def test_duckdb_masks_an_outcome_as_python_does(result, error):
+    sql = f"SELECT {outcome_text_sql('$e', '$r')}"
+    [(masked,)] = duckdb.execute(sql, {"e": error, "r": result}).fetchall()
+    assert masked == outcome_text(error, result)

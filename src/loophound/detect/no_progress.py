@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from ..db import sql_literal
 from ..vocabulary import Severity
 from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
 from .profiles import extra_key_sql
@@ -94,22 +95,30 @@ class Params:
 # ---------------------------------------------------------------------------------------------
 # families: what a call is, what it got (pure)
 
-_MASKS = (
-    (re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
-     "<UUID>"),
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<TS>"),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<TIME>"),
-    (re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?::\d+)?\b"), "<IP>"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<ADDR>"),
-    (re.compile(r"\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\d[0-9a-fA-F]*\b|\b[0-9a-fA-F]*\d[0-9a-fA-F]*"
-                r"[a-fA-F][0-9a-fA-F]*\b"),
-     "<HEX>"),
-    (re.compile(r"/tmp/[^\s'\"]+"), "<TMP>"),
+# (pattern, token) in order; plain RE2 syntax that Python's `re` (ASCII) reads the same way, so
+# that the outcome's masking runs in DuckDB over every call at once (OUTCOME_SQL) and in Python
+# for the kernel's tests alike (`outcome_text`)
+MASKS: tuple[tuple[str, str], ...] = (
+    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<UUID>"),
+    (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?",
+     "<TS>"),
+    (r"\b[0-9]{1,2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?\b", "<TIME>"),
+    (r"\b[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}(?::[0-9]+)?\b", "<IP>"),
+    (r"\b0x[0-9a-fA-F]+\b", "<ADDR>"),
+    # a hex word with letters and digits: a commit, a hash, an id (all digits is a number)
+    (r"\b(?:[0-9]+[a-fA-F]|[a-fA-F]+[0-9])[0-9a-fA-F]*\b", "<HEX>"),
+    (r"/tmp/[^ \t\n\r\f\v'\"]+", "<TMP>"),
 )
-# a hex word of 7 characters or more with letters and digits: a commit, an id, a hash
-_HEX_MIN = 7
-_FRACTION = re.compile(r"\d+\.\d+\s*(?:s|ms|sec|seconds|secs|µs|us|ns|m|min)?\b")
-_DURATION = re.compile(r"\b\d+\s*(?:ms|µs|us|ns|sec|secs|seconds)\b")
+# what varies between two runs of the same outcome besides: durations
+DURATIONS: tuple[tuple[str, str], ...] = (
+    (r"[0-9]+\.[0-9]+[ \t]*(?:ms|sec|seconds|secs|us|ns|min|s|m)?\b", "<DUR>"),
+    (r"\b[0-9]+[ \t]*(?:ms|us|ns|sec|secs|seconds)\b", "<DUR>"),
+    (r"[ \t\n\r\f\v]+", " "),
+)
+NUMBERS = (r"[0-9]+", "<N>")
+_COMPILED = tuple((re.compile(p, re.ASCII), t) for p, t in MASKS)
+_COMPILED_OUTCOME = _COMPILED + tuple((re.compile(p, re.ASCII), t) for p, t in DURATIONS)
+_NUMBER = re.compile(NUMBERS[0])
 _SPACE = re.compile(r"\s+")
 # where an agent's command keeps free text: a commit message, a PR body, an echo's text
 _MESSAGE_OPT = re.compile(r"""(-m|--message|--body|--title|-t|--description)(\s+|=)"""
@@ -131,13 +140,26 @@ _BACKUP_FOLDER = re.compile(r"(?i)(?:^|/)[^/]*(?:bak|backup|orig|saved?)[^/]*/")
 
 
 def _masked(text: str) -> str:
-    for pattern, token in _MASKS:
-        text = pattern.sub(token, text) if token != "<HEX>" else pattern.sub(_hex_or_word, text)
+    for pattern, token in _COMPILED:
+        text = pattern.sub(token, text)
     return text
 
 
-def _hex_or_word(m: re.Match) -> str:
-    return "<HEX>" if len(m.group(0)) >= _HEX_MIN else m.group(0)
+def outcome_text(error: str | None, result: str | None) -> str:
+    """What a call got, as outcomes are compared: ids, addresses, times and durations masked,
+    white space made one space (`outcome_text_sql` in DuckDB gives the same text)."""
+    text = f"{error or ''}\x1f{result or ''}"
+    for pattern, token in _COMPILED_OUTCOME:
+        text = pattern.sub(token, text)
+    return text.strip(" ")
+
+
+def outcome_text_sql(error: str, result: str) -> str:
+    """SQL: `outcome_text` of the columns `error` and `result`."""
+    out = f"coalesce({error}, '') || chr(31) || coalesce({result}, '')"
+    for pattern, token in MASKS + DURATIONS:
+        out = f"regexp_replace({out}, {sql_literal(pattern)}, {sql_literal(token)}, 'g')"
+    return f"trim({out}, ' ')"
 
 
 def command_of(args: str | None) -> str | None:
@@ -224,18 +246,13 @@ def outcome_family(failed: bool, error: str | None, result: str | None) -> str:
     """What a call got: failed or not, and what it said, with the parts that vary from run to
     run of the same outcome masked (ids, addresses, times, durations); integers are kept, as a
     count that changes is news."""
-    text = f"{error or ''}\x1f{result or ''}"
-    text = _DURATION.sub("<DUR>", _FRACTION.sub("<DUR>", _masked(text)))
-    return ("F" if failed else "S") + _digest(_SPACE.sub(" ", text).strip())
-
-
-_NUMBER = re.compile(r"\d+")
+    return ("F" if failed else "S") + _digest(outcome_text(error, result))
 
 
 def rough_outcome(failed: bool, error: str | None, result: str | None) -> str:
     """The outcome with every number masked as well: answers that differ only in a position or
     a count compare equal."""
-    return outcome_family(failed, _NUMBER.sub("<N>", error or ""), _NUMBER.sub("<N>", result or ""))
+    return ("F" if failed else "S") + _digest(_NUMBER.sub(NUMBERS[1], outcome_text(error, result)))
 
 
 def restored_file(cmd: str | None) -> str | None:
@@ -470,10 +487,20 @@ _RULE_ORDER = {"revert": 0, "retry": 1, "repeat": 2, "stated": 3}
 # ---------------------------------------------------------------------------------------------
 # measure
 
+# the calls, with what they got masked here (DuckDB, every core) and hashed: the outcome and
+# the rough outcome (numbers masked too), as `outcome_family` and `rough_outcome` make them
 CALLS = f"""
-SELECT event_id, actor, session, ts, file, line, action, args, result, ok, error
-FROM events WHERE list_contains({list(KINDS)}, kind) AND actor IS NOT NULL AND ts IS NOT NULL
-  AND (action IS NOT NULL OR args IS NOT NULL)
+SELECT event_id, actor, session, ts, file, line, action, args, left(result, 400), ok, error,
+       failed, known,
+       CASE WHEN failed THEN 'F' ELSE 'S' END || left(sha256(o), 16) AS outcome,
+       CASE WHEN failed THEN 'F' ELSE 'S' END
+         || left(sha256(regexp_replace(o, {sql_literal(NUMBERS[0])}, {sql_literal(NUMBERS[1])}, 'g')), 16)
+         AS rough
+FROM (SELECT *, {outcome_text_sql('error', 'result')} AS o,
+             error IS NOT NULL OR ok IS NOT DISTINCT FROM false AS failed,
+             result IS NOT NULL OR error IS NOT NULL AS known
+      FROM events WHERE list_contains({list(KINDS)}, kind) AND actor IS NOT NULL AND ts IS NOT NULL
+        AND (action IS NOT NULL OR args IS NOT NULL))
 ORDER BY actor, session NULLS FIRST, ts, event_id
 """
 
@@ -546,12 +573,10 @@ def _stated_of(rows: list[tuple], p: Params) -> list[Stall]:
 
 def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
     calls = []
-    for _eid, _actor, _session, _ts, _file, _line, action, args, result, ok, error in rows:
-        failed = error is not None or ok is False
-        cmd = command_of(args)
-        calls.append(Call(call_family(action, args), outcome_family(failed, error, result), failed,
-                          restored_file(cmd), known=result is not None or error is not None,
-                          rough=rough_outcome(failed, error, result),
+    for row in rows:
+        action, args, failed, known, outcome, rough = row[6], row[7], *row[11:15]
+        calls.append(Call(call_family(action, args), outcome, failed,
+                          restored_file(command_of(args)), known=known, rough=rough,
                           retry=retry_family(action, args)))
     out = []
     for s in stretches(calls, p):
