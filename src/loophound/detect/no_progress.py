@@ -501,6 +501,9 @@ FROM (SELECT *, {outcome_text_sql('error', 'result')} AS o,
              result IS NOT NULL OR error IS NOT NULL AS known
       FROM events WHERE list_contains({list(KINDS)}, kind) AND actor IS NOT NULL AND ts IS NOT NULL
         AND (action IS NOT NULL OR args IS NOT NULL))
+-- an (actor, session) none of whose rules could hold: fewer than three calls with a known
+-- outcome (a simulation's steps that log no result) is not read into Python at all
+QUALIFY count(*) FILTER (WHERE known) OVER (PARTITION BY actor, session) >= 3
 ORDER BY actor, session NULLS FIRST, ts, event_id
 """
 
@@ -683,4 +686,6 @@ DETECTOR = Detector(
     reads=(*KINDS, "record"),
     needs=(("ts",), ("action", "args"), ("actor",)),
     partition_by=("session",),
+    # it holds each (actor, session)'s calls in Python
+    grows_with_log=True,
 )
