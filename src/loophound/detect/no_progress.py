@@ -37,7 +37,8 @@ Ways a stretch makes no progress, each a rule that says why:
   the same two edits is not. Also `min_near_repeats` of the same call back to back whose
   answers differ only in numbers (a page scrolled on and on: the position moves, nothing else).
 
-The stretches an actor's rules find in one session that overlap are one finding.
+The calls are read per run: one actor in one session of one log file. The stretches the rules
+find in a run that overlap are one finding.
 
 Healthy look-alikes that stay quiet: a poll whose answer changes (the outcome differs, so
 the chain breaks), a batch over distinct items (distinct families), TDD whose failures change
@@ -381,21 +382,33 @@ def _repeats(calls: list[Call], p: Params) -> list[Stretch]:
     for idx in by_pair.values():
         if len(idx) < p.min_repeats:
             continue
-        chains: list[list[int]] = [[idx[0]]]
-        for i in idx[1:]:
-            chain = chains[-1]
-            # the first link has nothing before it to be stale against: it is taken on trust
-            # when near, and the chain then stands or falls by the links after it
-            first_link = len(chain) == 1 and i - chain[-1] - 1 <= p.max_stale_gap
-            if first_link or _stale_between(calls, chain[0], chain[-1], i, p):
-                chain.append(i)
-            elif len(chain) == 2 and _stale_between(calls, chain[1], chain[1], i, p):
-                chains[-1] = [chain[1], i]  # the trusted link was not; the next one is
-            else:
-                chains.append([i])
+        chains = _repeat_chains(calls, idx, p)
         out += [Stretch("repeat", c, c[0], 1) for c in chains
                 if len(c) >= p.min_repeats and not _poll_that_ended(calls, c, p)]
     return out
+
+
+def _repeat_chains(calls: list[Call], idx: list[int], p: Params) -> list[list[int]]:
+    """The repeats `idx` of one call and outcome cut into chains whose links are stale. The
+    families made since a chain began are kept as it grows (`seen`), so a long chain costs
+    its length, not its square."""
+    chains: list[list[int]] = [[idx[0]]]
+    seen = {calls[idx[0]].family}
+    for i in idx[1:]:
+        chain = chains[-1]
+        # the first link has nothing before it to be stale against: it is taken on trust
+        # when near, and the chain then stands or falls by the links after it
+        first_link = len(chain) == 1 and i - chain[-1] - 1 <= p.max_stale_gap
+        if first_link or _stale_between(calls, seen, chain[-1], i, p):
+            chain.append(i)
+        elif len(chain) == 2 and _stale_between(calls, {calls[chain[1]].family}, chain[1], i, p):
+            chains[-1] = [chain[1], i]  # the trusted link was not; the next one is
+            seen = {calls[chain[1]].family}
+        else:
+            chains.append([i])
+            seen = set()
+        seen.update(calls[k].family for k in range(chains[-1][-2] if len(chains[-1]) > 1 else i, i + 1))
+    return chains
 
 
 def _near_repeats(calls: list[Call], p: Params) -> list[Stretch]:
@@ -427,20 +440,22 @@ def _poll_that_ended(calls: list[Call], chain: list[int], p: Params) -> bool:
     return False
 
 
-def _stale_between(calls: list[Call], start: int, last: int, nxt: int, p: Params) -> bool:
+def _stale_between(calls: list[Call], seen: set[str], last: int, nxt: int, p: Params) -> bool:
     """Whether nothing between the repeats `last` and `nxt` of one call was progress: few
-    calls, or mostly calls already made since the stretch began at `start`."""
+    calls, or mostly calls of families already made in the stretch (`seen`, or earlier in
+    the gap itself)."""
     between = range(last + 1, nxt)
     if len(between) <= p.tight_gap:
         return True
     if len(between) > p.max_stale_gap:
         return False
-    seen = {calls[i].family for i in range(start, last + 1)}
+    fresh: set[str] = set()
     stale = 0
     for i in between:
-        if calls[i].family in seen:
+        family = calls[i].family
+        if family in seen or family in fresh:
             stale += 1
-        seen.add(calls[i].family)
+        fresh.add(family)
     return stale >= p.stale_share * len(between)
 
 
@@ -503,8 +518,8 @@ FROM (SELECT *, {outcome_text_sql('error', 'result')} AS o,
         AND (action IS NOT NULL OR args IS NOT NULL))
 -- an (actor, session) none of whose rules could hold: fewer than three calls with a known
 -- outcome (a simulation's steps that log no result) is not read into Python at all
-QUALIFY count(*) FILTER (WHERE known) OVER (PARTITION BY actor, session) >= 3
-ORDER BY actor, session NULLS FIRST, ts, event_id
+QUALIFY count(*) FILTER (WHERE known) OVER (PARTITION BY actor, session, file) >= 3
+ORDER BY actor, session NULLS FIRST, file, ts, event_id
 """
 
 
@@ -537,15 +552,17 @@ SELECT event_id, actor, session, ts, file, line, stalled FROM (
   SELECT *, {extra_key_sql('stalled_key')} AS stalled FROM events
   WHERE kind = 'record' AND actor IS NOT NULL AND ts IS NOT NULL)
 WHERE stalled IS NOT NULL
-ORDER BY actor, session NULLS FIRST, ts, event_id
+ORDER BY actor, session NULLS FIRST, file, ts, event_id
 """
 
 
 def _groups(rows: list[tuple]) -> list[list[tuple]]:
-    """`rows` (sorted by actor and session, the 2nd and 3rd columns) cut per (actor, session)."""
+    """`rows` (sorted by actor, session and file: the 2nd, 3rd and 5th columns) cut per run: an
+    actor's calls in one session of one log (two copies of a transcript are two runs, not one
+    run of every call twice)."""
     out: list[list[tuple]] = []
     for row in rows:
-        if out and out[-1][0][1:3] == row[1:3]:
+        if out and out[-1][0][1:3] == row[1:3] and out[-1][0][4] == row[4]:
             out[-1].append(row)
         else:
             out.append([row])
