@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, StoreMissing
 from .ingest import IngestOptions, IngestReport
 from .ingest import ingest as _ingest
+from .outputs import check_output
 from .runs import SavedRun, is_current, load_run, open_run
 from .store import DEFAULT_STORE, Store
 
@@ -153,6 +154,8 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
 
     only = _detector_names(only)
     s = _store(store)
+    if save_to is not None:
+        check_output(save_to, "--findings-dir", s, paths)
     costs = cost_model(prices, cost_per_call)
     config_path = Path(config) if config else None
     if not paths and not incremental and (s.read_only or save_to is not None or not save):
@@ -206,6 +209,7 @@ def write_report(store: PathLike | Store = DEFAULT_STORE, out: PathLike = "repor
     from .report import build, write
 
     s = _existing(store)
+    check_output(out, "--out", s)
     run = load_run(s, Path(run_folder) if run_folder else None)
     custom = bool(config or settings or prices or cost_per_call is not None)
     if run is not None and run.full and not custom and (run_folder or is_current(s, run)):
@@ -253,6 +257,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
 
     from .report import build, write
 
+    check_output(out, "--out", Store(store) if store is not None else None, paths)
     plan = _guard_plan(spec, presets, sweep) if spec or presets or sweep else None
     step = step or (lambda _text: nullcontext())
     ready = _in_background(_prepare_scan_and_report)
@@ -353,6 +358,8 @@ def guards(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *
     HTML report with the section "What would have stopped it"."""
     plan = _guard_plan(spec, presets, sweep)
     s = _store(store)
+    if report is not None:
+        check_output(report, "--report", s, paths)
     if paths:
         ingest(paths, s)
     s = _existing(s)

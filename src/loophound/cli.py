@@ -44,6 +44,7 @@ from .commands.shell import (
     out,
     print_ingest_report,
     print_summary,
+    refuse_evidence,
     run_ingest,
     say_error,
     scan_store_cmd,
@@ -227,7 +228,7 @@ def scan_cmd(
         if value not in SEVERITIES + ("never",):
             fail(f"{name} must be one of {', '.join(SEVERITIES)}, never; got {value!r}")
     spark = engine_of(engine, incremental) == "spark"
-    if incremental:
+    if incremental:  # incremental_scan checks its outputs
         from .watch import parse_every
 
         try:
@@ -241,6 +242,8 @@ def scan_cmd(
         fail("--findings-dir goes with a full scan: a scheduled scan keeps its findings in "
              "its store")
     quiet = json_out is not None and str(json_out) == "-"
+    refuse_evidence(store, paths, {"--json": json_out, "--alerts": alerts,
+                                   "--findings-dir": findings_dir})
     if spark:
         result = spark_scan(paths or [], store, config, set_ or [], prices, cost_per_call,
                             only_list(only), findings_dir, not no_wait, fmt, mapping,

@@ -64,6 +64,10 @@ class InputError(UserError):
     """A path the user named that cannot be read."""
 
 
+class OutputRefused(UserError):
+    """An output path that is evidence (a log read, a store's file or folder): never written."""
+
+
 # The machine's conditions an OSError can stand for: not a bug, so said in one sentence (exit 2).
 _CONDITIONS = {
     errno.ENOSPC: "cannot write{path}: no space left on device; free some space (or write "

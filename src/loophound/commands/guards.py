@@ -45,7 +45,7 @@ def guard_options() -> tuple:
 
 def register(app: typer.Typer) -> None:
     from ..store import DEFAULT_STORE
-    from .shell import StoreOpt, err, out, shown, user_errors, write_json
+    from .shell import StoreOpt, err, out, refuse_evidence, shown, user_errors, write_json
 
     SpecOpt, PresetOpt, SweepOpt = guard_options()
 
@@ -82,6 +82,7 @@ def register(app: typer.Typer) -> None:
         from .report import _when
 
         quiet = json_out is not None and str(json_out) == "-"
+        refuse_evidence(store, paths, {"--json": json_out, "--report": report})
         t0 = time.perf_counter()
         with user_errors():
             done = api.guards(store, paths or [], spec=spec, presets=preset or [], sweep=sweep,

@@ -319,15 +319,33 @@ def print_findings(doc: dict) -> None:
     print_unjudged(doc.get("coverage") or {})  # findings elsewhere say nothing of these
 
 
+def refuse_evidence(store: Path | None, paths: list[str] | None,
+                    outputs: dict[str, Path | None]) -> None:
+    """Before any work: each output given (option name → path) checked against the store,
+    its logs and `paths` (`outputs.check_output`); a path that is evidence ends the command
+    with what to do (exit 2)."""
+    from ..outputs import check_output
+
+    given = {option: p for option, p in outputs.items() if p is not None}
+    if not given:
+        return
+    with user_errors():
+        for option, target in given.items():
+            check_output(target, option, Store(store) if store is not None else None,
+                         paths or [])
+
+
 def write_json(doc: dict, json_out: Path | None) -> None:
+    """The document to standard output (-) or to a file, written whole or not at all."""
     from ..findings_json import dumps
+    from ..outputs import write_atomically
 
     if json_out is None:
         return
     if str(json_out) == "-":  # the same JSON, with nothing in it that acts on a terminal
         sys.stdout.write(json_inert(dumps(doc)))
     else:
-        json_out.write_text(dumps(doc))
+        write_atomically(json_out, dumps(doc))
 
 
 def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path | None,
@@ -340,6 +358,7 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
 
     from ..watch import post_webhook
 
+    refuse_evidence(store, paths, {"--json": json_out, "--alerts": alerts})
     result, report = scan_store_cmd(paths, store, config, set_, prices, cost_per_call, quiet=True,
                            incremental=True, wait=wait, alert_on=alert_on, lookback_s=lookback_s)
     new = f"{report.events:,} new events" if report else "no inputs named"

@@ -34,7 +34,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import queries
-from ..queries import QueryError, ReadOnlyViolation
+from ..errors import UserError
+from ..outputs import atomic_file, check_output
 from ..store import DEFAULT_STORE, Store
 from ..text import inert, json_inert
 
@@ -168,14 +169,8 @@ def _sink(out: Path | None, binary: bool = False) -> Iterator[IO]:
     if out is None or str(out) == "-":
         yield sys.stdout.buffer if binary and hasattr(sys.stdout, "buffer") else sys.stdout
         return
-    tmp = out.with_name(f".{out.name}.loophound-tmp")
-    try:
-        with open(tmp, "wb" if binary else "w", **({} if binary else
-                                                    {"encoding": "utf-8", "newline": ""})) as f:
-            yield f
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(out, binary) as f:
+        yield f
 
 
 def _rows(res: duckdb.DuckDBPyConnection, limit: int) -> Iterator[tuple]:
@@ -303,11 +298,8 @@ def _check_options(fmt: str, out: Path | None, store: Path) -> None:
         raise Failure(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
     if fmt == "parquet" and (out is None or str(out) == "-"):
         raise Failure("--format parquet writes a file: give --out FILE.parquet")
-    if out is not None and str(out) != "-":
-        target, root = out.resolve(), store.resolve()
-        if target == root or root in target.parents:
-            raise Failure(f"--out {out} is inside the store {store}: the evidence is never "
-                          "written to; choose a path outside it")
+    if out is not None:
+        check_output(out, "--out", Store(store))
 
 
 def open_store(store: Path) -> duckdb.DuckDBPyConnection:
@@ -379,7 +371,7 @@ def report_error(exc: BaseException, console: Console | None = None) -> None:
     console.print(Text.assemble(("error: ", "bold red"), text), soft_wrap=True, highlight=False)
 
 
-USER_ERRORS = (duckdb.Error, Failure, QueryError, ReadOnlyViolation)
+USER_ERRORS = (duckdb.Error, Failure, UserError)
 
 
 def _guard(action: Callable[[], None]) -> None:

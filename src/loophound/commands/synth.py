@@ -13,6 +13,13 @@ synth = typer.Typer(help="Write seeded, realistic logs with answer keys (sample_
 SeedOpt = Annotated[int, typer.Option(help="Random seed: the same seed writes the same bytes.")]
 
 
+def _not_evidence(target: Path, what: str) -> None:
+    """Synthetic logs are never written into a store folder or over a saved scan's files."""
+    from .shell import refuse_evidence
+
+    refuse_evidence(None, None, {what: target})
+
+
 @synth.command("samples")
 def samples(outdir: Annotated[Path, typer.Argument(help="Folder to write.")] = Path("sample_logs"),
             seed: SeedOpt = 7) -> None:
@@ -22,6 +29,7 @@ def samples(outdir: Annotated[Path, typer.Argument(help="Folder to write.")] = P
     """
     from ..synth import write_samples
 
+    _not_evidence(outdir, "OUTDIR")
     truth = write_samples(outdir, seed)
     typer.echo(f"wrote {outdir}/ ({len(truth['sections'])} sections) and {outdir}/EXPECTED.json")
 
@@ -34,6 +42,7 @@ def twins(outdir: Annotated[Path, typer.Argument(help="Folder to write.")], seed
     """
     from ..synth import write_clean_twins
 
+    _not_evidence(outdir, "OUTDIR")
     write_clean_twins(outdir, seed)
     typer.echo(f"wrote clean twins to {outdir}/")
 
@@ -48,6 +57,7 @@ def full_incident(path: Annotated[Path, typer.Argument(help="Log file to write."
     """
     from ..synth import write_full_incident
 
+    _not_evidence(path, "PATH")
     truth = write_full_incident(path, seed)
     storm = truth["incidents"][0]
     typer.echo(f"wrote {path}: {path.stat().st_size:,} bytes, {storm['requests']:,} failed "

@@ -7,8 +7,6 @@ assembles the page. `build` does all three; `write` puts the result on disk atom
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,20 +45,11 @@ def build(result: Any, generated_at: dt.datetime | str | None = None,
 
 
 def write(html: str, out: Path) -> int:
-    """Write atomically (a half-written report is never left behind); return its size."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = html.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return len(data)
+    """Write atomically (a half-written report is never left behind); return its size. The
+    caller has checked `out` is no evidence (`outputs.check_output`)."""
+    from ..outputs import write_atomically
+
+    return write_atomically(out, html)
 
 
 __all__ = ["Report", "build", "gather", "prepare", "render", "write"]
