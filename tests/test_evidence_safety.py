@@ -141,3 +141,64 @@ def test_a_write_that_fails_leaves_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
     assert write_atomically(target, "new\n") == 4 and target.read_text() == "new\n"
 
+
+# -- the report quotes only what still hashes to what the store recorded ----------------------
+
+BPROXY = ROOT / "sample_logs" / "bproxy" / "2026-06-18.log"
+
+
+def _blanked(data: bytes, line: int, fill: bytes = b"S") -> bytes:
+    """`data` with line `line` (1-based) overwritten by `fill`, keeping its length and newline."""
+    lines = data.splitlines(keepends=True)
+    lines[line - 1] = fill * (len(lines[line - 1]) - 1) + b"\n"
+    return b"".join(lines)
+
+
+@pytest.fixture()
+def scanned_log(tmp_path):
+    from loophound.ingest import ingest
+    from loophound.scan import scan_store
+
+    log = tmp_path / "bproxy.log"
+    shutil.copy(BPROXY, log)
+    store = Store(tmp_path / "st")
+    ingest([str(log)], store)
+    last = log.read_bytes().count(b"\n")
+    return log, store, scan_store(store).con, last
+
+
+def test_a_same_size_replacement_with_the_same_first_lines_is_not_quoted(scanned_log):
+    from loophound.report.evidence import quote
+
+    log, _, con, last = scanned_log
+    key = (str(log), last - 1)  # far past the head hashed to recognise the file
+    original = log.read_bytes()
+    assert quote(con, [key])[key].text == original.splitlines()[last - 2].decode()
+    log.write_bytes(_blanked(original, last - 1))
+    got = quote(con, [key])[key]
+    assert got.text is None and "changed since it was read" in got.problem
+
+
+def test_a_shared_copy_naming_another_file_quotes_none_of_it(scanned_log, tmp_path):
+    """A copy of a store whose `inputs` name a file of the reader's (same size, its lines
+    where the log's were) and record no head hash: nothing of that file reaches the report."""
+    import duckdb
+
+    from loophound.report.evidence import quote
+    from loophound.scan import scan_store
+
+    log, store, _, last = scanned_log
+    secret = tmp_path / "home" / "credentials"
+    secret.parent.mkdir()
+    secret.write_bytes(_blanked(log.read_bytes(), last - 1, b"K"))
+    copy = tmp_path / "shared"
+    shutil.copytree(store.root, copy)
+    with duckdb.connect(str(copy / "catalog.duckdb")) as cat:
+        cat.execute("UPDATE inputs SET path = ?, display_path = ?, head_sha256 = NULL, "
+                    "head_len = 0", [str(secret), str(secret)])
+    con = scan_store(Store(copy), save=False).con
+    key = (str(log), last - 1)
+    got = quote(con, [key])[key]
+    assert got.text is None and "changed since it was read" in got.problem
+    everything = quote(con, [(str(log), n) for n in range(1, last + 1)])
+    assert not any(e.text and "KKKK" in e.text for e in everything.values())

@@ -2,8 +2,16 @@
 
 The store keeps where each line is (file, byte offset, byte length in the decompressed
 stream), not the line itself, so the report reads those bytes from disk. A file that is gone,
-or whose first bytes differ from those hashed at ingest, is said to be so: a report never
-quotes a line that may not be the one the finding was made from.
+or whose bytes no longer hash to the SHA-256 recorded at ingest, is said to be so: a report
+never quotes a line that may not be the one the finding was made from.
+
+The whole stretch read at ingest (bytes [0, `inputs.bytes`), which a log that grew since still
+begins with) is hashed, not only its head: a log replaced by another of the same size, with
+the same first lines, would otherwise have its new lines quoted as the old ones' evidence. And
+the store is not trusted to name what to read: a shared copy's `inputs` may name any file
+(a credentials file in the reader's home) and its events any byte range. Only bytes inside
+the hashed stretch are quoted, and only when the file's content hashes to what the store
+recorded — which the author of a copy cannot forge for a file they have not read.
 """
 
 from __future__ import annotations
@@ -39,17 +47,15 @@ class _Input:
     path: str
     display: str
     bytes: int
-    head_sha256: str | None
-    head_len: int
+    sha256: str | None  # of bytes [0, bytes): what is quoted must still hash to it
     document: bool = False  # one JSON document (a trajectory): its records are not lines
 
 
 def _inputs(con: duckdb.DuckDBPyConnection) -> dict[int, _Input]:
-    rows = con.execute("SELECT input_id, path, display_path, bytes, head_sha256, head_len, "
-                       "format FROM _inputs ORDER BY input_id").fetchall()
+    rows = con.execute("SELECT input_id, path, display_path, bytes, sha256, format "
+                       "FROM _inputs ORDER BY input_id").fetchall()
     documents = {name for name, fmt in FORMATS.items() if fmt.records is not None}
-    return {r[0]: _Input(r[0], r[1], r[2], r[3] or 0, r[4], r[5] or 0, r[6] in documents)
-            for r in rows}
+    return {r[0]: _Input(r[0], r[1], r[2], r[3] or 0, r[4], r[5] in documents) for r in rows}
 
 
 def _candidates(inp: _Input) -> list[str]:
@@ -113,40 +119,44 @@ def _read_file(inp: _Input, items: list[tuple[int, int, tuple[str, int]]],
             out[key].problem = problem
 
 
-def _read_exact(stream, n: int) -> bytes:
-    chunks, got = [], 0
-    while got < n:
-        chunk = stream.read(min(n - got, 1 << 20))
+def _read_lines(stream, inp: _Input, items, out) -> str | None:
+    """Read the stretch hashed at ingest once, hashing it and keeping the quoted lines' bytes
+    as they pass; quote them only if the stretch still hashes to the SHA-256 recorded. Returns
+    why nothing of the file is quoted, or None."""
+    if not inp.sha256 or inp.bytes <= 0:
+        return f"the store records no hash of {inp.display}; lines not quoted"
+    wanted = [(offset, min(length, MAX_QUOTE_BYTES), length, key)
+              for offset, length, key in items]  # sorted by offset; lines never overlap
+    taken = {key: bytearray() for *_, key in wanted}
+    digest = hashlib.sha256()
+    pos, first = 0, 0  # `first`: the first line not wholly read yet
+    while pos < inp.bytes:
+        chunk = stream.read(min(inp.bytes - pos, 1 << 20))
         if not chunk:
             break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _read_lines(stream, inp: _Input, items, out) -> str | None:
-    buf = _read_exact(stream, inp.head_len)  # bytes [0, pos) while lines fall inside the head
-    if inp.head_sha256 and hashlib.sha256(buf).hexdigest() != inp.head_sha256:
-        return (f"{inp.display} has changed since it was read (its first bytes differ); "
-                "lines not quoted")
-    pos = len(buf)
-    for offset, length, key in items:  # sorted by offset; lines never overlap
-        take = min(length, MAX_QUOTE_BYTES)
-        if offset < pos:
-            if offset + take > pos:
-                more = _read_exact(stream, offset + take - pos)
-                buf += more
-                pos += len(more)
-            data = buf[offset:offset + take]
-        else:
-            _skip(stream, offset - pos)
-            data = _read_exact(stream, take)
-            pos = offset + len(data)
-            buf = b""
-        ev = out[key]
+        digest.update(chunk)
+        end = pos + len(chunk)
+        i = first
+        while i < len(wanted) and wanted[i][0] < end:
+            offset, take, _, key = wanted[i]
+            lo, hi = max(offset, pos), min(offset + take, end)
+            if hi > lo:
+                taken[key] += chunk[lo - pos:hi - pos]
+            i += 1
+        while first < len(wanted) and sum(wanted[first][:2]) <= end:
+            first += 1
+        pos = end
+    if pos < inp.bytes:
+        return f"{inp.display} is shorter than when it was read; lines not quoted"
+    if digest.hexdigest() != inp.sha256:
+        return (f"{inp.display} has changed since it was read (its content no longer hashes to "
+                "the SHA-256 recorded); lines not quoted")
+    for offset, take, length, key in wanted:
+        ev, data = out[key], bytes(taken[key])
         ev.byte_length = length
-        if len(data) < take:
-            ev.problem = f"{inp.display} is shorter than when it was read; line not quoted"
+        if offset < 0 or len(data) < take:
+            ev.problem = (f"the store names bytes of {inp.display} beyond those it read; "
+                          "line not quoted")
             continue
         ev.truncated = length > take
         if not ev.truncated and not _ends_a_record(data, inp) and offset + length != inp.bytes:
@@ -162,20 +172,3 @@ def _ends_a_record(data: bytes, inp: _Input) -> bool:
     if inp.document:
         return data[:1] == b"{" and data.endswith(b"}")
     return data.endswith(b"\n")
-
-
-def _skip(stream, n: int) -> None:
-    """Move forward `n` bytes: seek when the stream can, else read and discard."""
-    if n <= 0:
-        return
-    try:
-        if stream.seekable():
-            stream.seek(n, os.SEEK_CUR)
-            return
-    except (OSError, AttributeError, ValueError):
-        pass
-    while n > 0:
-        chunk = stream.read(min(n, 1 << 20))
-        if not chunk:
-            return
-        n -= len(chunk)
