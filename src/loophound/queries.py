@@ -409,7 +409,11 @@ def check_read_only(sql: str, parser: duckdb.DuckDBPyConnection | None = None
 
 
 def _refuse_unless_query(st, text: str, where: str) -> None:
-    kind = st.type
+    try:
+        kind = st.type
+    except ValueError:  # a kind DuckDB's Python module has no name for (UPDATE EXTENSIONS)
+        raise ReadOnlyViolation(f"refused {where}: {_first_words(text)} is not a query; "
+                                f"{READ_ONLY_HINT}") from None
     if kind == duckdb.StatementType.SELECT:
         return
     if kind == duckdb.StatementType.EXPLAIN:
@@ -432,6 +436,11 @@ def _refuse_unless_query(st, text: str, where: str) -> None:
     name = str(kind).rsplit(".", 1)[-1].replace("_", " ")
     raise ReadOnlyViolation(f"refused {where}: {name} statements cannot run here; "
                             f"{READ_ONLY_HINT}")
+
+
+def _first_words(text: str) -> str:
+    """The statement's first two words, to name a statement kind that has no name."""
+    return " ".join(w for _, _, w in _tokens(text)[:2]).upper() or "it"
 
 
 def _tokens(text: str) -> list[tuple[int, Any, str]]:

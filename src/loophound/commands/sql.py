@@ -20,6 +20,8 @@ import json
 import math
 import os
 import sys
+import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -111,10 +113,67 @@ LimitOpt = Annotated[int | None, typer.Option(
                     "all for the other formats.")]
 ParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="NAME=VALUE, bound to "
                                                     "$NAME (repeatable).")]
+DEFAULT_TIMEOUT = 300.0  # seconds: a query of the 235 MB incident's events takes seconds
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", help="Stop a query that runs longer than this many seconds (0: never).")]
 
 
 class Failure(Exception):
     """A user error: printed as a message, exit status 2."""
+
+
+class Cancelled(Exception):
+    """A statement stopped by Ctrl-C (the command ends with status 130; the shell goes on)."""
+
+
+# -- stopping a statement ----------------------------------------------------------------------
+
+def stoppable(con: duckdb.DuckDBPyConnection, work: Callable[[], None],
+              timeout: float | None) -> None:
+    """Run `work` (statements on `con` and the writing of their results) so that it can be
+    stopped: Ctrl-C raises `Cancelled`, running past `timeout` seconds raises `Failure`, and
+    either interrupts DuckDB (`con.interrupt()`) and waits for it to let go.
+
+    Why a thread: while DuckDB works, the thread that called it is inside DuckDB, and Python
+    runs a signal handler only in the main thread between two of its own instructions, so
+    Ctrl-C went unheard until the query ended (a recursive CTE: never). The main thread now
+    only waits, and hears it at once. What the statement spilled is in the connection's spill
+    folder, removed when the process ends (`db.spill_folder`)."""
+    failed: list[BaseException] = []
+    done = threading.Event()  # not Thread.join: a join Ctrl-C interrupts may say "ended" early
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    deadline = time.monotonic() + timeout if timeout and timeout > 0 else None
+    threading.Thread(target=run, name="loophound-query", daemon=True).start()
+    try:
+        while not done.is_set():
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                _stop(con, done)
+                raise Failure(f"the query ran longer than {timeout:g} s and was stopped: narrow "
+                              "it (a WHERE on ts, a LIMIT) or give a longer --timeout (0: "
+                              "never)")
+            done.wait(left)
+    except KeyboardInterrupt:
+        _stop(con, done)
+        raise Cancelled("interrupted: the statement was stopped") from None
+    if failed:
+        raise failed[0]
+
+
+def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:
+    """Interrupt DuckDB until the statement has ended (an interrupted query ends within
+    milliseconds; one interrupt may land between two of its calls, hence the loop)."""
+    while not done.is_set():
+        con.interrupt()
+        done.wait(0.1)
 
 
 # -- values ------------------------------------------------------------------------------------
@@ -380,6 +439,9 @@ def _guard(action: Callable[[], None]) -> None:
     except USER_ERRORS as exc:
         report_error(exc)
         raise typer.Exit(2) from None
+    except Cancelled as exc:
+        report_error(exc)
+        raise typer.Exit(130) from None
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -394,6 +456,7 @@ def sql_cmd(
     out: OutOpt = None,
     limit: LimitOpt = None,
     param: ParamOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
 ) -> None:
     """Run read-only SQL over the store's views (events, requests, findings, ...).
 
@@ -402,12 +465,14 @@ def sql_cmd(
     Parameters are bound, never pasted: loophound sql "SELECT * FROM events WHERE session =
     $s" --param s=6afr3v. Statements that could change anything (COPY, ATTACH, CREATE, INSERT,
     SET, ...) are refused; write results with --format csv|json|jsonl|parquet --out FILE.
+    A query stops after --timeout seconds, or at Ctrl-C (exit status 130).
     """
     def action() -> None:
         text = _read_sql(sql, file)
         _check_options(fmt, out, store)
         con = open_store(store)
-        run_sql(con, text, parse_assignments(param or []), fmt, out, limit)
+        bound = parse_assignments(param or [])
+        stoppable(con, lambda: run_sql(con, text, bound, fmt, out, limit), timeout)
 
     _guard(action)
 
@@ -440,6 +505,7 @@ def query_cmd(
     fmt: FormatOpt = "table",
     out: OutOpt = None,
     limit: LimitOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
 ) -> None:
     """Run a named query from the library (queries/*.sql) with bound parameters.
 
@@ -458,8 +524,12 @@ def query_cmd(
             return
         _check_options(fmt, out, store)
         con = open_store(store)
-        with untouched(con):
-            write_result(queries.execute(con, q, bound), fmt, out, limit)
+
+        def work() -> None:
+            with untouched(con):
+                write_result(queries.execute(con, q, bound), fmt, out, limit)
+
+        stoppable(con, work, timeout)
 
     _guard(action)
 
@@ -511,14 +581,19 @@ SHOW, SUMMARIZE, EXPLAIN, PRAGMA table_info. Commands:
 
 class Shell:
     def __init__(self, con: duckdb.DuckDBPyConnection, console: Console, errors: Console,
-                 store: Path):
+                 store: Path, timeout: float | None = DEFAULT_TIMEOUT):
         self.con, self.console, self.errors, self.store = con, console, errors, store
-        self.fmt, self.limit, self.failed = "table", TABLE_LIMIT, 0
+        self.fmt, self.limit, self.failed, self.timeout = "table", TABLE_LIMIT, 0, timeout
 
     def run_statement(self, text: str) -> None:
+        """Run what was typed; Ctrl-C stops it and the prompt comes back."""
+        self._stoppable(lambda: run_sql(self.con, text, {}, self.fmt, None, self.limit,
+                                        self.console))
+
+    def _stoppable(self, work: Callable[[], None]) -> None:
         try:
-            run_sql(self.con, text, {}, self.fmt, None, self.limit, self.console)
-        except USER_ERRORS as exc:
+            stoppable(self.con, work, self.timeout)
+        except (*USER_ERRORS, Cancelled) as exc:
             self._error(exc)
 
     def _error(self, exc: BaseException) -> None:
@@ -604,37 +679,34 @@ class Shell:
         if not parts:
             raise Failure(".query needs a name; .queries lists them")
         q = queries.load(parts[0])
-        with untouched(self.con):
-            res = queries.execute(self.con, q, q.bind(parts[1:]))
-            write_result(res, self.fmt, None, self.limit, self.console)
+        bound = q.bind(parts[1:])
+
+        def work() -> None:
+            with untouched(self.con):
+                res = queries.execute(self.con, q, bound)
+                write_result(res, self.fmt, None, self.limit, self.console)
+
+        self._stoppable(work)
 
 
 def _statement_complete(buffer: str) -> bool:
-    """A statement ends with `;` outside quotes and comments."""
+    """A statement ends with `;` outside strings and comments, as DuckDB's own scanner reads
+    them: a dollar-quoted `$$a;b$$`, an escape string `E'\\';'` or an unterminated comment
+    are its to know, not a hand-written scanner's."""
     text = buffer.rstrip()
-    if not text.endswith(";"):
+    if ";" not in text:
         return False
-    quote: str | None = None
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in ("'", '"'):
-            quote = c
-        elif text.startswith("--", i):
-            nl = text.find("\n", i)
-            if nl < 0:
-                return False
-            i = nl
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                return False
-            i = end + 1
-        i += 1
-    return quote is None
+    try:
+        found = duckdb.tokenize(text)
+    except Exception:  # noqa: BLE001 — text it cannot scan is not a statement yet
+        return False
+    for i in range(len(found) - 1, -1, -1):
+        at, kind = found[i]
+        if kind == duckdb.token_type.comment:
+            continue
+        end = found[i + 1][0] if i + 1 < len(found) else len(text)
+        return kind == duckdb.token_type.operator and text[at:end].rstrip().endswith(";")
+    return False
 
 
 def _history_file() -> Path:
@@ -669,12 +741,15 @@ def shell_loop(shell: Shell, read: Callable[[str], str | None], interactive: boo
             shell.run_statement(statement)
 
 
-def shell_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
+def shell_cmd(store: StoreOpt = Path(DEFAULT_STORE),
+              timeout: TimeoutOpt = DEFAULT_TIMEOUT) -> None:
     """An interactive, read-only SQL prompt over the store's views.
 
     Statements may span lines and end with ;. .tables lists the views, .schema NAME shows
     columns, .queries the named queries, .help the rest. History is kept in
     ~/.loophound_history (or $LOOPHOUND_HISTORY). Input can be piped in.
+
+    Ctrl-C stops the statement running and keeps the prompt; so does --timeout.
 
     Example: echo "SELECT count(*) FROM events;" | loophound shell --store .loophound
     """
@@ -687,7 +762,7 @@ def shell_cmd(store: StoreOpt = Path(DEFAULT_STORE)) -> None:
         raise typer.Exit(2) from None
     interactive = sys.stdin.isatty()
     console = _stdout_console()
-    shell = Shell(con, console, err, store)
+    shell = Shell(con, console, err, store, timeout)
     if interactive:
         history = _enable_history(_history_file())
         console.print(Text.assemble(
