@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import os
 import shutil
 import tempfile
@@ -125,6 +126,9 @@ def cost_model(prices: PathLike | None = None, cost_per_call: float | None = Non
     without tokens (None: the default; negative: leave such calls unpriced)."""
     from .attribute.costs import DEFAULT_COST_PER_CALL, load_cost_model
 
+    if cost_per_call is not None and not math.isfinite(cost_per_call):
+        raise ConfigError(f"--cost-per-call {cost_per_call}: give a number of US dollars, e.g. "
+                          "0.002 (negative: leave calls without tokens unpriced)")
     per_call = DEFAULT_COST_PER_CALL if cost_per_call is None else (
         cost_per_call if cost_per_call >= 0 else None)
     try:
@@ -153,6 +157,7 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
     from .scan import scan_store
 
     only = _detector_names(only)
+    check_settings(config, settings)
     s = _store(store)
     if save_to is not None:
         check_output(save_to, "--findings-dir", s, paths)
@@ -175,6 +180,68 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
         return scan_store(s, config_path, list(settings), costs, only=only, alert_on=alert_on,
                           lookback=lookback if incremental else None, save=save,
                           save_to=Path(save_to) if save_to else None, for_report=for_report)
+
+
+MAX_INT_SETTING = 2**31 - 1  # what a DuckDB INTEGER, which queries bind them as, holds
+
+
+def check_settings(config: PathLike | None = None, settings: Sequence[str] = ()) -> None:
+    """Refuse, before any work, a detector setting (from the `config` TOML file or a
+    `--set`) that the detectors cannot use: a value of another type than its default's
+    (a list, a table, a string, 1.5 for a count), a number that is not finite, negative
+    where the default is not, zero for a count whose default is positive, or beyond what
+    DuckDB's integers hold. Each raises `ConfigError` naming the key and the default: a
+    detector given such a value failed half way through a scan, as a bug."""
+    import tomllib
+
+    from .detect import DETECTORS
+    from .detect import settings as load
+    from .detect.base import param_docs
+
+    if config is not None:
+        try:
+            layers = tomllib.loads(Path(config).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {config}: {exc}") from None
+        for name, table in layers.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{config}: `{name}` must be a table of settings: write "
+                                  f"[{name}] and then PARAM = VALUE lines")
+    try:
+        loaded = load(Path(config) if config else None, list(settings))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"a detector setting cannot be read: {exc}") from None
+    for name, params in loaded.items():
+        for key, default, _ in param_docs(DETECTORS[name].params):
+            value = getattr(params, key)
+            problem = _setting_problem(value, default)
+            if problem:
+                raise ConfigError(f"setting {name}.{key} = {value!r}: {problem} (the default is "
+                                  f"{default!r}); fix it in --config or --set")
+
+
+def _setting_problem(value: Any, default: Any) -> str | None:
+    """What is wrong with `value` for a parameter whose default is `default` (None: nothing)."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(default, (int, float)):
+        whole = isinstance(default, int)
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            return "must be a whole number" if whole else "must be a number"
+        if not math.isfinite(value):
+            return "must be a finite number"
+        least = 1 if whole and default > 0 else 0 if default >= 0 else default
+        if value < least:
+            return f"must be at least {least}"
+        if abs(value) > MAX_INT_SETTING:
+            return f"must be at most {MAX_INT_SETTING:,}"
+        return None
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "must be a string"
+    if isinstance(default, (list, tuple)):
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings"
+    return None
 
 
 def _detector_names(only: Sequence[str] | None) -> list[str] | None:
@@ -258,6 +325,8 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
     from .report import build, write
 
     check_output(out, "--out", Store(store) if store is not None else None, paths)
+    check_settings(config, settings)  # before the logs are read, as the guards below
+    cost_model(prices, cost_per_call)
     plan = _guard_plan(spec, presets, sweep) if spec or presets or sweep else None
     step = step or (lambda _text: nullcontext())
     ready = _in_background(_prepare_scan_and_report)

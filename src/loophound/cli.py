@@ -279,6 +279,35 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _watch_interrupts():
+    """Note a Ctrl-C as it comes (and raise KeyboardInterrupt, as Python does): what it breaks
+    may surface as another exception (DuckDB's "Query interrupted"), which is then said as
+    the interruption it is, not as a bug. Returns the function that says whether one came."""
+    import signal
+    import threading
+
+    came = threading.Event()
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        def on_sigint(signum, frame) -> None:
+            came.set()
+            signal.default_int_handler(signum, frame)
+
+        signal.signal(signal.SIGINT, on_sigint)
+        _RESTORE.append(lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    return came.is_set
+
+
+_RESTORE: list = []  # what `run` puts back as it ends (it may be called in a longer process)
+
+
+def _say_interrupted() -> None:
+    """The sentence for Ctrl-C, and exit status 130."""
+    say_error("interrupted (Ctrl-C): the command stopped; a store keeps only what it had "
+              "committed and no output file is left half-written; run the command again")
+    sys.exit(130)
+
+
 def run() -> None:
     """Console entry point. A user's mistake (any `UserError`) or the machine's condition (a
     full disk, a read-only file system, a permission refused) is one line, `error: ...`, and
@@ -293,15 +322,21 @@ def run() -> None:
     # of CPU) and loophound calls no BLAS routine: on two cores that time is taken from
     # ingest and the scan. This process is the command's own, and numpy is not loaded yet.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    interrupted = _watch_interrupts()
     try:
         app()
+    except SystemExit as exc:  # typer turns Ctrl-C into exit status 130, silently
+        if interrupted() and exc.code not in (0, None):
+            _say_interrupted()
+        raise
     except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+        _say_interrupted()
     except UserError as exc:
         say_error(str(exc))
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 — the last line of defence for the user
+        if interrupted():  # DuckDB's "Query interrupted", its InterruptException, ...
+            _say_interrupted()
         condition = machine_condition(exc)
         if condition is not None:
             say_error(str(condition))
@@ -319,6 +354,8 @@ def run() -> None:
         # and typer made: 0.17 s after a scheduled scan, 0.05 s with them frozen. Frozen
         # objects are not walked; the process returns their memory when it ends.
         gc.freeze()
+        while _RESTORE:
+            _RESTORE.pop()()
 
 
 if __name__ == "__main__":  # pragma: no cover

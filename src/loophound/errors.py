@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 
 class LoophoundError(Exception):
@@ -72,6 +73,8 @@ class OutputRefused(UserError):
 _CONDITIONS = {
     errno.ENOSPC: "cannot write{path}: no space left on device; free some space (or write "
                   "elsewhere) and run again",
+    errno.EDQUOT: "cannot write{path}: the disk quota is used up; free some space (or write "
+                  "elsewhere) and run again",
     errno.EROFS: "cannot write{path}: the file system is read-only; choose a writable --store "
                  "or output path",
     errno.EACCES: "permission denied{on}; give your user access to it or choose another path",
@@ -82,15 +85,30 @@ _CONDITIONS = {
 
 def machine_condition(exc: BaseException) -> UserError | None:
     """A full disk, a read-only file system or a permission refused, as a UserError naming the
-    path; None for any other exception (which stays a bug). Some libraries (pyarrow) raise an
-    OSError without an errno but with the system's words in the message: those count too."""
-    if not isinstance(exc, OSError):
-        return None
-    code = exc.errno
+    path; None for any other exception (which stays a bug). Some libraries raise something
+    else with the system's words in the message (pyarrow an OSError without an errno, DuckDB
+    its IOException: "Could not write file ...: No space left on device"), or raise their own
+    error from the OSError: the exception's causes and their messages count too."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        found = _condition(exc)
+        if found is not None:
+            return found
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _condition(exc: BaseException) -> UserError | None:
+    code = exc.errno if isinstance(exc, OSError) else None
     if code is None:
         code = next((c for c in _CONDITIONS if os.strerror(c) in str(exc)), None)
     if code not in _CONDITIONS:
         return None
-    paths = [os.fsdecode(p) for p in (exc.filename, exc.filename2) if isinstance(p, (str, bytes))]
+    paths = [os.fsdecode(p) for p in (getattr(exc, "filename", None),
+                                      getattr(exc, "filename2", None))
+             if isinstance(p, (str, bytes))]
+    if not paths:  # DuckDB names it in its message: Could not write file "PATH": ...
+        paths = re.findall(r'file "([^"]+)"', str(exc))[:1]
     where = f" {' -> '.join(paths)}" if paths else ""
     return UserError(_CONDITIONS[code].format(path=where, on=f" on{where}" if where else ""))

@@ -14,6 +14,7 @@ own rates); `tokens_out` the output.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,12 +75,21 @@ def load_cost_model(prices_file: Path | None = None,
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ValueError(f"cannot read price file {prices_file}: {exc}") from None
         versions.append(str(table.get("version", "user")))
-        for model, p in table.get("models", {}).items():
+        models = table.get("models", {})
+        if not isinstance(models, dict):
+            raise ValueError(f"{prices_file}: `models` must be tables, one a model: "
+                             '[models."gpt-4o"] input = 2.5, output = 10.0 (USD per million '
+                             "tokens)")
+        for model, p in models.items():
             try:
-                prices[model] = (float(p["input"]), float(p["output"]))
+                price = (float(p["input"]), float(p["output"]))
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"price of {model!r} needs numeric `input` and `output` "
                                  "(USD per million tokens)") from None
+            if not all(math.isfinite(x) and x >= 0 for x in price):
+                raise ValueError(f"price of {model!r}: `input` and `output` must be finite and "
+                                 "not negative (USD per million tokens)")
+            prices[model] = price
     return CostModel(prices, "+".join(versions), cost_per_call)
 
 

@@ -73,6 +73,7 @@ def spark_scan(paths: list[str], store: Path, config: Path | None, set_: list[st
         from ..spark.scan import on_spark, scan_on_spark
 
         on_spark(only)  # a name that is no detector's is said before Spark starts
+        api.check_settings(config, set_ or [])
         costs = api.cost_model(prices, cost_per_call)
         spark = session(master)
         if paths:

@@ -439,8 +439,7 @@ def _guard(action: Callable[[], None]) -> None:
     except USER_ERRORS as exc:
         report_error(exc)
         raise typer.Exit(2) from None
-    except Cancelled as exc:
-        report_error(exc)
+    except Cancelled:  # `run` says it, as for any command stopped by Ctrl-C
         raise typer.Exit(130) from None
 
 
