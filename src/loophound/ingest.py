@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import glob
 import hashlib
 import io
 import json
 import os
 import queue
+import stat
 import threading
 import time
 from collections import Counter
@@ -137,6 +139,8 @@ def discover(paths: Iterable[str]) -> tuple[list[tuple[Path, str]], list[tuple[s
                                             + " (.jsonl, .ndjson, .log, .json, .traj, maybe compressed)"))
             elif p.is_file():
                 found.append((p, os.path.normpath(m)))
+            elif (why := not_a_regular_file(p)) is not None:
+                raise IngestError(f"{m} is {why}")
             elif not p.exists():
                 raise IngestError(f"{m}: no such file or directory")
     seen: set[Path] = set()
@@ -163,7 +167,36 @@ def _files_below(folder: Path, passed_over: list[tuple[str, str]]) -> list[Path]
     for top, dirs, files in os.walk(folder, onerror=unreadable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found += [Path(top) / f for f in files if not f.startswith(".")]
-    return sorted(f for f in found if f.is_file())
+    regular = []
+    for f in sorted(found):
+        if f.is_file():
+            regular.append(f)
+        elif (why := not_a_regular_file(f)) is not None:  # never opened: named, not silent
+            passed_over.append((os.path.normpath(str(f)), f"not read: {why}"))
+    return regular
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """Why `path` is nothing to read as a log (None: a file, a folder, or nothing there). A
+    named pipe waits for a writer forever, /dev/zero and /dev/urandom never end and hold no
+    lines, a symbolic link that loops leads nowhere: each was read as nothing, silently."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return "a symbolic link that loops (it leads back to itself)" \
+            if exc.errno == errno.ELOOP else None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return ("a named pipe (FIFO), not a file: reading it waits for whatever writes to it; "
+                "save what it carries to a file and read that")
+    if stat.S_ISCHR(mode):
+        return "a character device (such as /dev/zero or /dev/urandom), not a log file"
+    if stat.S_ISBLK(mode):
+        return "a block device, not a log file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a log file"
+    return "not a regular file"
 
 
 # -- the catalog's memory of a file ---------------------------------------------------------

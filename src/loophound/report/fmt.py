@@ -14,6 +14,8 @@ import html
 import math
 import re
 
+from ..text import apart
+
 # C0/C1 controls (tab and newline excepted), DEL, bidi embeddings/overrides/isolates, LRM/RLM,
 # the line/paragraph separators (they end a JavaScript string in old engines) and BOM.
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
@@ -21,8 +23,9 @@ _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u
 
 
 def visible(text: object) -> str:
-    """`text` with invisible or reordering characters shown as escapes (`\\u202e`)."""
-    s = "" if text is None else str(text)
+    """`text` with invisible or reordering characters shown as escapes (`\\u202e`), and names
+    that would look alike told apart (`text.apart`: `adm\\u200bin`, `\\u0430dmin`)."""
+    s = apart("" if text is None else str(text))
     return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) > 0xff
                           else f"\\x{ord(m.group()):02x}", s)
 
