@@ -202,3 +202,31 @@ def test_a_shared_copy_naming_another_file_quotes_none_of_it(scanned_log, tmp_pa
     assert got.text is None and "changed since it was read" in got.problem
     everything = quote(con, [(str(log), n) for n in range(1, last + 1)])
     assert not any(e.text and "KKKK" in e.text for e in everything.values())
+
+
+STORE_WRITERS = {
+    "ingest": ["ingest", "{L}", "--store", "{T}"],
+    "scan": ["scan", "{L}", "--store", "{T}", "--fail-on", "never"],
+    "investigate": ["investigate", "{L}", "--store", "{T}", "--out", "{O}"],
+    "guards": ["guards", "{L}", "--store", "{T}", "--preset", "had"],
+    "watch": ["watch", "{L}", "--store", "{T}", "--max-runs", "1"],
+}
+
+
+@pytest.mark.parametrize("target", ["the log", "an events file", "a folder in the store"])
+@pytest.mark.parametrize("writer", STORE_WRITERS)
+def test_a_store_is_never_made_over_evidence(evidence, tmp_path, writer, target):
+    log, store = evidence
+    path = _targets(log, store)[target]
+    if target == "a folder in the store":
+        path = path / "inner"
+    args = [a.replace("{T}", str(path)).replace("{L}", str(log))
+            .replace("{O}", str(tmp_path / "r.html")) for a in STORE_WRITERS[writer]]
+    before = digests(log, store)
+    done = run(*args)
+    assert done.exit_code == 2, done.output
+    assert done.output.startswith("error: --store")
+    assert not (store / "events" / "inner").exists()
+    after = digests(log, store)
+    after.pop(str(store / "clean"), None), before.pop(str(store / "clean"), None)
+    assert after == before

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from .errors import OutputRefused
-from .store import CATALOG, Store
+from .store import Store
 
 _RUN_FILE_PREFIXES = ("run-", "findings-", "finding-events-", "attribution-", "inputs-",
                       "outcomes-", "skipped-")
@@ -38,21 +38,13 @@ def _resolved(path: Path) -> Path:
         return Path(os.path.abspath(path.expanduser()))
 
 
-def is_store_folder(folder: Path) -> bool:
-    """A loophound store: a folder holding a catalog, or a copy of a store's Parquet
-    folders (an `events/` folder of Parquet files)."""
-    try:
-        return (folder / CATALOG).exists() or (
-            (folder / "events").is_dir() and any((folder / "events").glob("*.parquet")))
-    except OSError:
-        return False
-
-
 def _store_around(target: Path) -> Path | None:
-    """The store folder `target` is (or is inside), if any."""
+    """The store folder `target` is (or is inside), if any: a folder holding a catalog, or a
+    copy of a store's Parquet folders (`Store.exists`)."""
     for folder in (target, *target.parents):
-        if folder.is_dir() and is_store_folder(folder):
-            return folder
+        with contextlib.suppress(OSError):
+            if folder.is_dir() and Store(folder).exists():
+                return folder
     return None
 
 
@@ -175,4 +167,4 @@ def write_atomically(target: str | os.PathLike, data: str | bytes) -> int:
     return len(raw)
 
 
-__all__ = ["atomic_file", "check_output", "is_store_folder", "store_inputs", "write_atomically"]
+__all__ = ["atomic_file", "check_output", "store_inputs", "write_atomically"]

@@ -28,7 +28,7 @@ from typing import Any
 import duckdb
 
 from . import db
-from .errors import StoreBusy, StoreMissing, StoreReadOnly
+from .errors import StoreBusy, StoreError, StoreMissing, StoreReadOnly
 from .schema import COLUMNS, QUARANTINE_COLUMNS, Column, create_table_sql
 
 DEFAULT_STORE = ".loophound"
@@ -174,6 +174,18 @@ class Store:
                 f"{self.root} cannot be written (read-only file system or no permission); "
                 "reading commands work on it, or copy it somewhere writable")
 
+    def require_own_folder(self) -> None:
+        """Raise `StoreError` for a --store that is a file (a log named by mistake) or a folder
+        inside another store (its `events/`): a store is made only where it is no evidence."""
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"--store {self.root} is a file, not a store folder; name a folder "
+                             "(new or a store), e.g. --store .loophound")
+        for parent in self.root.resolve().parents:
+            if Store(parent).exists():
+                raise StoreError(f"--store {self.root} is inside the store {parent}: a store's "
+                                 "folders are evidence and never written into; choose a folder "
+                                 "outside it")
+
     # -- writing -----------------------------------------------------------------------
 
     _held: dict[Path, int] = {}  # stores this process holds the write lock of (re-entrant)
@@ -188,12 +200,14 @@ class Store:
         the lock is released: for a scheduled scan, which lasts about a second and uses the
         catalog a dozen times, each open and close costing 10-20 ms. Others keep it closed
         between uses, so a long ingest never stalls a reader."""
-        self.require_writable()
+        key = self.root.resolve()
+        if not Store._held.get(key):
+            self.require_writable()
+            self.require_own_folder()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _unwritable(self.root, exc) from None
-        key = self.root.resolve()
         if Store._held.get(key):
             Store._held[key] += 1
             try:
