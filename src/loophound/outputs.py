@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from .errors import OutputRefused
+from .errors import OutputRefused, StoreBusy
 from .store import Store
 
 _RUN_FILE_PREFIXES = ("run-", "findings-", "finding-events-", "attribution-", "inputs-",
@@ -82,7 +82,7 @@ def store_inputs(store: Store) -> list[str]:
             return [r[0] for r in con.execute(
                 f"SELECT DISTINCT path FROM read_parquet({db.sql_list(files)}, "
                 "union_by_name = true) WHERE path IS NOT NULL").fetchall()]
-    except (duckdb.Error, OSError, LookupError):
+    except (duckdb.Error, OSError, LookupError, StoreBusy):
         return []
 
 
