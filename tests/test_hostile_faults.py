@@ -101,6 +101,7 @@ def test_ctrl_c_during_a_scan_exits_130_with_a_sentence(store, monkeypatch, caps
             raise RuntimeError("Query interrupted") from None
 
     monkeypatch.setattr(loophound.scan, "scan_store", interrupted)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new process starts
     code, err = run_main(monkeypatch, capsys, "scan", "--store", store, "--fail-on", "never")
     assert code == 130, err
     assert "interrupted (Ctrl-C)" in err and "internal error" not in err

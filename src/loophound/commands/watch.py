@@ -63,16 +63,21 @@ def register(app: typer.Typer) -> None:
         from ..store import keep_windows
 
         keep_windows()  # the same store every cycle: its recent events stay in memory
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        # put back when watch ends, however it ends: a process that goes on (a test, a
+        # notebook) would otherwise ignore Ctrl-C from then on
+        before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         runs = 0
-        while not stopping:
-            started = time.monotonic()
-            incremental_scan(paths, store, "never", alerts, webhook, alert_on, True, config,
-                             set_ or [], prices, cost_per_call, lookback_s=lookback_s)
-            runs += 1
-            if max_runs and runs >= max_runs:
-                break
-            while not stopping and time.monotonic() - started < interval:
-                time.sleep(min(0.2, interval))
+        try:
+            while not stopping:
+                started = time.monotonic()
+                incremental_scan(paths, store, "never", alerts, webhook, alert_on, True, config,
+                                 set_ or [], prices, cost_per_call, lookback_s=lookback_s)
+                runs += 1
+                if max_runs and runs >= max_runs:
+                    break
+                while not stopping and time.monotonic() - started < interval:
+                    time.sleep(min(0.2, interval))
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
         err.print(f"watch stopped after {runs} scan(s)")
