@@ -39,9 +39,9 @@ P = Params()
 
 
 def call(family: str, out: str = "ok", failed: bool = False, restores: str | None = None,
-         known: bool = True) -> Call:
+         known: bool = True, told: bool = False) -> Call:
     return Call(family, ("F" if failed else "S") + out, failed, restores, known=known,
-                rough=("F" if failed else "S") + re.sub(r"\d+", "N", out))
+                rough=("F" if failed else "S") + re.sub(r"\d+", "N", out), told=told)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,10 +162,20 @@ def test_a_poll_or_back_off_that_gets_its_answer_is_quiet():
     assert stretches(polls, P) == [] and stretches(failing, P) == []
 
 
-def test_the_same_click_landing_on_the_same_page():
-    calls = [call("click 'Email the Department'", "Treasury Division, viewport 38%")] * 6
+def test_the_same_click_landing_on_the_same_page_whatever_the_agent_is_told():
+    calls = [call("click 'Email the Department'", "Treasury Division, viewport 38%", told=True)] * 6
     [s] = stretches(calls, P)
     assert s.rule == "repeat" and len(s.key) == 6
+
+
+def test_a_plain_run_or_cycle_nobody_interrupts_is_left_to_the_one_shape_detectors():
+    """repeated_action and alternating_action find these and say them best: one finding, not
+    two, for one loop."""
+    same = [call("cat a.py", "same text")] * 6
+    cycle = [call("cp a.py.bak a.py", restores="a.py"), call("apply patch"),
+             call("pytest", "1 failed", failed=True)] * 5
+    retried = [call("git commit -m <TEXT>", "hook: ruff failed", failed=True), call("git add -A")] * 6
+    assert stretches(same, P) == [] and stretches(cycle, P) == [] and stretches(retried, P) == []
 
 
 def test_a_verification_rerun_after_new_work_is_quiet():

@@ -30,7 +30,7 @@ Ways a stretch makes no progress, each a rule that says why:
 - **stated**: `min_stated` of a runtime's own progress checks in a row said the run was in a
   loop or not progressing (Magentic-One's ledger: `is_in_loop`, `is_progress_being_made`),
   where the format's profile names the key that carries them.
-- **repeat**: the same call with the same outcome `min_repeats` times or more, where
+- **repeat**: the same successful call with the same outcome `min_repeats` times or more, where
   between two of them either at most `tight_gap` other calls came or most of what came
   between (`stale_share`) repeats calls already made in the stretch. A reproduction re-run
   after a real patch, with new work between, is progress; re-reading the same lines between
@@ -68,6 +68,10 @@ from .base import Detector, EvidenceLine, Finding, human_duration, param, staged
 from .profiles import extra_key_sql
 
 KINDS = ("tool_call", "step")
+# the longest cycle of identical calls alternating_action finds (its `max_cycle`)
+MAX_CYCLE = 4
+# what another party says to an actor: a new instruction, after which a repeat may be news
+TOLD_KINDS = ("message", "room_post", "request", "trigger")
 
 
 @dataclass
@@ -81,6 +85,9 @@ class Params:
                                 "make a repeat loop")
     min_near_repeats: int = param(6, "the same call made back to back whose answers differ only in "
                                      "numbers (a scroll position, a count) that make a repeat loop")
+    defer_identical: int = param(5, "identical failures of one call from which the retry is left to "
+                                    "repeated_error's retry run (its `retry_min_count`), which "
+                                    "explains it best")
     max_gap: int = param(30, "most other calls between two links of a revert or retry chain")
     tight_gap: int = param(3, "between two repeats of a call, at most this many other calls are no "
                               "progress whatever they are")
@@ -303,23 +310,45 @@ class Call:
     known: bool = True
     rough: str = ""  # the outcome with every number masked too
     retry: str = ""  # the call as its retries are recognised (retry_family)
+    told: bool = False  # someone else told the actor something since its previous call
 
 
 @dataclass
 class Stretch:
     """A stretch of an actor's calls in which it made no progress, and why."""
 
-    rule: str  # revert, retry, repeat
-    key: list[int]  # the indexes of the calls that say so (the restores, failures, repeats)
+    rule: str  # revert, retry, repeat: the rule that says most about why
+    key: list[int]  # the indexes of the calls that say so (its restores, failures, repeats)
     subject: int  # the index of a call that shows what repeated (the first key call)
     outcomes: int  # distinct outcomes of the key calls
     lo: int = 0
     hi: int = 0
-    rules: set[str] = field(default_factory=set)
+    also: dict[str, int] = field(default_factory=dict)  # other rules over the stretch: their counts
+    # a one-shape detector says it best (repeated_error's retry run): the stretch is left to it
+    deferred: bool = False
 
     def __post_init__(self) -> None:
         self.lo, self.hi = min(self.key), max(self.key)
-        self.rules = self.rules or {self.rule}
+
+    @property
+    def rules(self) -> set[str]:
+        return {self.rule, *self.also}
+
+    def absorb(self, other: Stretch) -> None:
+        """Take in an overlapping stretch: the same rule's key calls join these; another rule
+        that says more about why becomes this stretch's, and the one it replaces is noted."""
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.deferred = self.deferred or other.deferred
+        if other.rule == self.rule:
+            self.key = sorted(set(self.key) | set(other.key))
+            self.outcomes = max(self.outcomes, other.outcomes)
+            return
+        if _RULE_ORDER[other.rule] < _RULE_ORDER[self.rule]:
+            self.also[self.rule] = max(self.also.get(self.rule, 0), len(self.key))
+            self.rule, self.key, self.subject, self.outcomes = (other.rule, other.key, other.subject,
+                                                                other.outcomes)
+        else:
+            self.also[other.rule] = max(self.also.get(other.rule, 0), len(other.key))
 
 
 def _chains(indexes: list[int], max_gap: int) -> list[list[int]]:
@@ -343,9 +372,18 @@ def _reverts(calls: list[Call], p: Params) -> list[Stretch]:
         for chain in _chains(idx, p.max_gap):
             # a restore right after a restore undoes nothing: count the rounds
             rounds = [i for k, i in enumerate(chain) if k == 0 or i - chain[k - 1] > 1]
-            if len(rounds) >= p.min_restores:
+            if len(rounds) >= p.min_restores and not _same_round_again(calls, rounds):
                 out.append(Stretch("revert", rounds, rounds[0], 1))
     return out
+
+
+def _same_round_again(calls: list[Call], rounds: list[int]) -> bool:
+    """Whether every round between two restores is the same few calls with the same answers
+    (restore, the same edit, the same failing test): a cycle of identical calls, which
+    alternating_action finds and says best. A revert cycle is the one whose tries differ."""
+    between = {tuple((calls[k].family, calls[k].outcome) for k in range(a + 1, b))
+               for a, b in zip(rounds, rounds[1:], strict=False)}
+    return len(between) == 1 and len(next(iter(between))) < MAX_CYCLE
 
 
 def _retries(calls: list[Call], p: Params) -> list[Stretch]:
@@ -368,15 +406,18 @@ def _retries(calls: list[Call], p: Params) -> list[Stretch]:
                 few = len(chain) >= p.min_failures and most >= max(3, (len(chain) + 1) // 2)
                 same_in_a_row = (len(chain) >= p.min_identical_failures and errors == 1
                                  and chain[-1] - chain[0] == len(chain) - 1)
+                # the same call failing the same way, again and again, is repeated_error's
+                # retry run: it says it best
+                theirs = len({calls[i].outcome for i in chain}) == 1 and len(chain) >= p.defer_identical
                 if (few or same_in_a_row) and not _poll_that_ended(calls, chain, p):
-                    out.append(Stretch("retry", chain, chain[0], errors))
+                    out.append(Stretch("retry", chain, chain[0], errors, deferred=theirs))
     return out
 
 
 def _repeats(calls: list[Call], p: Params) -> list[Stretch]:
     by_pair: dict[tuple[str, str], list[int]] = {}
     for i, c in enumerate(calls):
-        if c.known:
+        if c.known and not c.failed:  # a failure again is a retry: `_retries` reads those
             by_pair.setdefault((c.family, c.outcome), []).append(i)
     out = []
     for idx in by_pair.values():
@@ -417,7 +458,8 @@ def _near_repeats(calls: list[Call], p: Params) -> list[Stretch]:
     out = []
     start = 0
     for i in range(1, len(calls) + 1):
-        if i < len(calls) and calls[i].known and calls[start].known and (
+        if i < len(calls) and calls[i].known and not calls[i].failed and (
+                calls[start].known and not calls[start].failed) and (
                 calls[i].family, calls[i].rough) == (calls[start].family, calls[start].rough):
             continue
         run = list(range(start, i))
@@ -461,23 +503,30 @@ def _stale_between(calls: list[Call], seen: set[str], last: int, nxt: int, p: Pa
 
 def stretches(calls: list[Call], p: Params) -> list[Stretch]:
     """The stretches of `calls` (one actor's, in one session, in order) without progress,
-    those that overlap merged into one (its key calls the union of theirs)."""
+    those that overlap merged into one, named and counted by the rule that says most."""
     found = sorted(_reverts(calls, p) + _retries(calls, p) + _repeats(calls, p)
                    + _near_repeats(calls, p),
                    key=lambda s: (s.lo, s.hi))
     merged: list[Stretch] = []
     for s in found:
         if merged and s.lo <= merged[-1].hi:
-            m = merged[-1]
-            m.key = sorted(set(m.key) | set(s.key))
-            m.hi = max(m.hi, s.hi)
-            m.rules |= s.rules
-            m.outcomes = max(m.outcomes, s.outcomes)
-            if _RULE_ORDER[s.rule] < _RULE_ORDER[m.rule]:
-                m.rule, m.subject = s.rule, s.subject
+            merged[-1].absorb(s)
         else:
             merged.append(s)
-    return merged
+    return [m for m in merged if not m.deferred and not _plain_cycle(calls, m.lo, m.hi)]
+
+
+def _plain_cycle(calls: list[Call], lo: int, hi: int) -> bool:
+    """Whether calls lo..hi are the same successful call, or the same few calls in the same
+    order, with the same answers every time round, and nobody told the actor anything
+    meanwhile: what repeated_action and alternating_action find and say best."""
+    if any(calls[j].told for j in range(lo + 1, hi + 1)):
+        return False
+    pairs = [(c.family, c.outcome) for c in calls[lo:hi + 1]]
+    # one call failing again and again is a retry: repeated_error's only from `defer_identical`
+    first = 1 if not calls[lo].failed else 2
+    return any(len(pairs) >= 2 * k and all(pairs[j] == pairs[j - k] for j in range(k, len(pairs)))
+               for k in range(first, MAX_CYCLE + 1))
 
 
 def stated_runs(stalled: list[bool], min_stated: int) -> list[list[int]]:
@@ -511,10 +560,15 @@ SELECT event_id, actor, session, ts, file, line, action, args, left(result, 400)
        CASE WHEN failed THEN 'F' ELSE 'S' END
          || left(sha256(regexp_replace(o, {sql_literal(NUMBERS[0])}, {sql_literal(NUMBERS[1])}, 'g')), 16)
          AS rough
+       , told_so_far
 FROM (SELECT *, {outcome_text_sql('error', 'result')} AS o,
              error IS NOT NULL OR ok IS NOT DISTINCT FROM false AS failed,
-             result IS NOT NULL OR error IS NOT NULL AS known
-      FROM events WHERE list_contains({list(KINDS)}, kind) AND actor IS NOT NULL AND ts IS NOT NULL
+             result IS NOT NULL OR error IS NOT NULL AS known,
+             -- what others told the actor in its session so far (a prompt, an instruction)
+             (SELECT count(*) FROM events t WHERE list_contains({list(TOLD_KINDS)}, t.kind)
+                AND t.target = c.actor AND t.session IS NOT DISTINCT FROM c.session
+                AND t.actor IS DISTINCT FROM c.actor AND t.ts <= c.ts) AS told_so_far
+      FROM events c WHERE list_contains({list(KINDS)}, kind) AND actor IS NOT NULL AND ts IS NOT NULL
         AND (action IS NOT NULL OR args IS NOT NULL))
 -- an (actor, session) none of whose rules could hold: fewer than three calls with a known
 -- outcome (a simulation's steps that log no result) is not read into Python at all
@@ -530,7 +584,7 @@ class Stall:
     actor: str
     session: str | None
     rule: str
-    rules: set[str]
+    also: dict[str, int]  # other rules that saw the stretch, with their counts
     count: int  # key calls
     calls: int  # calls in the stretch, key calls included
     outcomes: int
@@ -584,7 +638,7 @@ def _stated_of(rows: list[tuple], p: Params) -> list[Stall]:
     for run in stated_runs([r[6] == "true" for r in rows], p.min_stated):
         first, last = rows[run[0]], rows[run[-1]]
         out.append(Stall(
-            actor=first[1], session=first[2], rule="stated", rules={"stated"}, count=len(run),
+            actor=first[1], session=first[2], rule="stated", also={}, count=len(run),
             calls=len(run), outcomes=1, action=None, what="", said=None, restored=None,
             ids=[rows[i][0] for i in run], evidence=[(rows[i][4], rows[i][5]) for i in run],
             start=first[3], stop=last[3], new_between=0, other_between=0))
@@ -593,11 +647,13 @@ def _stated_of(rows: list[tuple], p: Params) -> list[Stall]:
 
 def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
     calls = []
+    told_before = rows[0][15]
     for row in rows:
-        action, args, failed, known, outcome, rough = row[6], row[7], *row[11:15]
+        action, args, failed, known, outcome, rough, told = row[6], row[7], *row[11:16]
         calls.append(Call(call_family(action, args), outcome, failed,
                           restored_file(command_of(args)), known=known, rough=rough,
-                          retry=retry_family(action, args)))
+                          retry=retry_family(action, args), told=told > told_before))
+        told_before = told
     out = []
     for s in stretches(calls, p):
         key = s.key
@@ -609,7 +665,7 @@ def _stalls_of(rows: list[tuple], p: Params) -> list[Stall]:
                 new += 1
             families_before.add(calls[i].family)
         out.append(Stall(
-            actor=first[1], session=first[2], rule=s.rule, rules=s.rules, count=len(key),
+            actor=first[1], session=first[2], rule=s.rule, also=dict(s.also), count=len(key),
             calls=s.hi - s.lo + 1, outcomes=s.outcomes, action=first[6],
             what=command_of(first[7]) or first[7] or first[6] or "",
             said=first[10] or first[8], restored=calls[s.subject].restores,
@@ -634,6 +690,11 @@ def judge(s: Stall, p: Params) -> Severity | None:
 def _clip(text: str | None, n: int) -> str:
     text = _SPACE.sub(" ", text or "").strip()
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# how another rule that saw a stretch reads in its summary
+_ALSO = {"revert": "a file restored to the same state", "retry": "a call failing the same few ways",
+         "repeat": "a call with the same outcome", "stated": "the run's own check saying it was stuck"}
 
 
 def describe(s: Stall, severity: Severity, p: Params) -> Finding:
@@ -663,8 +724,8 @@ def describe(s: Stall, severity: Severity, p: Params) -> Finding:
         title = f"`{_clip(s.what, 60)}` made {s.count:,} times with the same outcome{where}"
         why = (f"{s.actor} made `{what}` {s.count:,} times over {span} and got the same outcome "
                f"each time; {between}: the stretch kept landing where it had been")
-    also = sorted(s.rules - {s.rule})
-    summary = why + (f" (also: {', '.join(also)})" if also else "") + "."
+    also = "; ".join(f"{_ALSO[rule]} {n:,} times" for rule, n in sorted(s.also.items()))
+    summary = why + (f". Over the same stretch: {also}" if also else "") + "."
     evidence = [EvidenceLine(f, ln, f"{s.rule} {k + 1} of {s.count}")
                 for k, (f, ln) in enumerate(s.evidence)]
     return Finding(
@@ -682,7 +743,7 @@ def describe(s: Stall, severity: Severity, p: Params) -> Finding:
         claim_sql="SELECT event_id FROM events WHERE event_id IN (SELECT unnest($ids))",
         claim_params={"ids": s.ids},
         unit_kinds=KINDS,
-        details={"rule": s.rule, "rules": sorted(s.rules), "count": s.count,
+        details={"rule": s.rule, "also": dict(sorted(s.also.items())), "count": s.count,
                  "calls_in_stretch": s.calls, "distinct_outcomes": s.outcomes,
                  "calls_between": s.other_between, "new_calls_between": s.new_between,
                  "call": _clip(s.what, 400), "answer": _clip(s.said, 400),
