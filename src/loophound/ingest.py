@@ -60,6 +60,9 @@ from .store import OUTCOME_COLUMNS, Store, create_batch_table
 
 HEAD_LEN = 4096
 TAIL_LEN = 4096
+# how `_find_unknown_keys` counts a line of a record type its format does not know (a name
+# no JSON key of a real log holds: it begins with the unit separator)
+UNKNOWN_TYPE = "\x1ftype:"
 SNIFF_BYTES = 65536  # the head of a file that formats are recognised by
 LOG_SUFFIXES = {".jsonl", ".ndjson", ".log", ".json", ".traj"}  # .traj: SWE-agent
 
@@ -599,9 +602,8 @@ def _map_document(path: Path, shown: str, store: Store, fmt: Format, options: In
     rep.lines = state.next_line - 1
     rep.warnings += rows.warnings()
     if mapper.unknown:
-        keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(mapper.unknown.items())[:10])
-        rep.warnings.append(f"keys of its steps the {fmt.name} format does not know: {keys}; "
-                            "kept in the `extra` column")
+        rep.warnings.append(f"keys of its steps the {fmt.name} format does not know: "
+                            f"{_counted(mapper.unknown)}; kept in the `extra` column")
     rep.status = "new" if known is None else "replaced"
     _commit(store, con, path, shown, fmt, known, input_id, state, rejected, digest,
             head_bytes=data[:HEAD_LEN], ended_without_newline=False, first_offset=0,
@@ -1725,10 +1727,16 @@ class _Mapper:
         `extra` too (`merged`), in the same pass: in the mapping the merge cost three times
         as much (0.3 s a chunk of the `req_id` log, whose lines all have unknown keys)."""
         merged = f", {_merge_sql('text', self.mapped)} AS merged" if merge else ""
+        keys = "list_filter(json_keys(text), lambda k: NOT list_contains($expected, k))"
+        params: dict = {"expected": sorted(self.expected)}
+        if self.fmt.line_type:  # a line of a type the format does not know counts as one key
+            typ = self.fmt.line_type
+            keys = (f"list_concat({keys}, CASE WHEN NOT list_contains($types, {typ}) "
+                    f"THEN [{db.sql_literal(UNKNOWN_TYPE)} || {typ}] ELSE [] END)")
+            params["types"] = sorted(self.fmt.known_types)
         self.con.execute(
             f"CREATE OR REPLACE TEMP TABLE unknown AS SELECT line, keys{merged} FROM (SELECT "
-            "line, text, list_filter(json_keys(text), lambda k: NOT list_contains($expected, "
-            "k)) AS keys FROM raw) WHERE len(keys) > 0", {"expected": sorted(self.expected)})
+            f"line, text, {keys} AS keys FROM raw) WHERE len(keys) > 0", params)
         counts = self.unknown if into is None else into
         for key, n in self.con.execute(
             "SELECT k, count(*) FROM (SELECT unnest(keys) AS k FROM unknown) GROUP BY k"
@@ -1909,12 +1917,22 @@ _ARROW_ON_JEMALLOC = WhileInUse(_arrow_on_jemalloc, pa.set_memory_pool)
 
 
 def _unknown_warning(format_name: str, unknown: Counter) -> list[str]:
-    if not unknown:
-        return []
-    keys = ", ".join(f"{k} ({n:,})" for k, n in sorted(unknown.items())[:10])
-    more = "" if len(unknown) <= 10 else f" and {len(unknown) - 10} more"
-    return [f"fields the {format_name} format does not know: {keys}{more}; "
-            "kept in the `extra` column"]
+    """What the format did not know of a file: line types (counted under UNKNOWN_TYPE), then
+    fields, each named with its count."""
+    types = Counter({k.removeprefix(UNKNOWN_TYPE): n for k, n in unknown.items()
+                     if k.startswith(UNKNOWN_TYPE)})
+    fields = Counter({k: n for k, n in unknown.items() if not k.startswith(UNKNOWN_TYPE)})
+    said = (("line types", types, "read as `record` events, the fields no column holds kept "
+                                  "in `extra`"),
+            ("fields", fields, "kept in the `extra` column"))
+    return [f"{what} the {format_name} format does not know: {_counted(names)}; {how}"
+            for what, names, how in said if names]
+
+
+def _counted(names: Counter) -> str:
+    """`a (3), b (1)`: the first ten names by name, and how many more."""
+    listed = ", ".join(f"{k} ({n:,})" for k, n in sorted(names.items())[:10])
+    return listed + ("" if len(names) <= 10 else f" and {len(names) - 10} more")
 
 
 def _damage_warning(damage: str, lines: int) -> str:

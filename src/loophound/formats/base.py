@@ -82,6 +82,12 @@ class Format:
     select_sql: Callable[[FormatContext], str]
     # Keys the mapper turns into columns: they are left out of `extra`.
     mapped_keys: frozenset[str] = frozenset()
+    # SQL over a line's `text`: the name of its record type (Claude Code's `type`), and the
+    # names the format knows. A line of another type is still read (as a `record`, the fields
+    # no column holds in `extra`) and counted by name in ingest's warnings: a release that adds
+    # a record type loses nothing, silently or not.
+    line_type: str | None = None
+    known_types: frozenset[str] = frozenset()
     # Keys documented for the format but kept only in `extra`: not reported as unknown. The
     # mapper reads them as JSON and builds `extra` with `extra_json` (cheap); only lines with
     # keys outside both sets pay for the exact, slower merge.

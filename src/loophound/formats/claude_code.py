@@ -13,7 +13,10 @@ juliantanx/aiusage (#32).
 
 A line is `{"parentUuid", "isSidechain", "userType", "cwd", "sessionId", "version",
 "gitBranch", ["agentId",] "type", "message", "uuid", "timestamp", ...}`; `type` is `user`,
-`assistant`, `summary`, `system`, `file-history-snapshot` or `queue-operation`. An assistant
+`assistant`, `summary`, `system`, `file-history-snapshot`, `queue-operation` or (2.1+)
+`progress`: what a hook (`hook_progress`), a running command (`bash_progress`), a background
+task (`waiting_for_task`) or a subagent (`agent_progress`) did while a tool ran, about 70 % of
+a 2.1 main session's lines (real sessions of marot/spotter, tests/data/real-agents). An assistant
 response is written one line per content block (thinking, text, tool_use), each line with the
 response's `message.id`, model and `usage` (the same input and cache counts; `output_tokens`
 grows over the lines as the response streams). A tool's result is a `user` line whose
@@ -39,7 +42,19 @@ Columns:
   says how many it held.)
 - other `user` lines (a prompt) ⇒ kind `message` from `user` to the agent (in a subagent's
   transcript: from `claude`, the agent whose Task started it); `isMeta` lines ⇒ `record`.
-- `summary`, `system`, `file-history-snapshot`, `queue-operation` ⇒ kind `record`.
+- `summary`, `system`, `file-history-snapshot`, `queue-operation` ⇒ kind `record`; a
+  `system` line whose `hookErrors` is not empty (a stop hook that failed) has ok false and
+  error = the first hook error's first line.
+- `progress` ⇒ kind `record` of the main agent, no action, `extra.progress` = `data.type`
+  (`extra.hook` = the hook's name), except `agent_progress`: it relays one line of the
+  subagent's transcript (`data.message`, with `data.agentId`), read as that line, by
+  `agent-<agentId>`, as a sidechain line is (its tool calls, results and usage included);
+  `extra.spawned_by` = the `Task` call that started the subagent (`parentToolUseID`).
+- a line of a type not listed here (Claude Code adds some in minor releases) is still a line
+  of the transcript when it carries a session id and a uuid: kind `record`, its type named,
+  with its count, in ingest's warnings (`line_type` / `known_types`).
+- the result of a `Task` (`Agent`) call names the subagent it ran: `extra.spawned` =
+  `toolUseResult.agentId`.
 - actor = the agent: `claude` in the main session, `agent-<agentId>` on sidechain lines
   (`sidechain` on the inline sidechain lines of versions before 2.0.24 that name no agent:
   there only some lines, results mostly, carry an agentId). session = `sessionId` (a
@@ -54,7 +69,12 @@ Columns:
   plus `message_id` on assistant lines and `text` (first 4 KiB) on message lines.
 
 Not read: a transcript copied into a new session file on resume holds the old responses again
-(counted again, in that file); `toolUseResult` (the structured twin of the tool_result text).
+(counted again, in that file); `toolUseResult` (the structured twin of the tool_result text)
+but for a subagent's id. A subagent's responses relayed in `agent_progress` lines are counted
+in the main session's file; read together with the subagent's own transcript
+(`<session>/subagents/agent-<id>.jsonl`) they are counted in both. Cache writes are priced at
+one rate: a session that writes its cache with the 1-hour TTL
+(`usage.cache_creation.ephemeral_1h_input_tokens`), priced higher, is under-priced.
 """
 
 from __future__ import annotations
@@ -84,10 +104,19 @@ from .base import (
 
 MAIN_AGENT = "claude"  # the actor of a main session's lines
 TYPES = frozenset({"user", "assistant", "summary", "system", "file-history-snapshot",
-                   "queue-operation"})
+                   "queue-operation", "progress"})
 FIELDS = {"type": "VARCHAR", "timestamp": "VARCHAR", "sessionId": "VARCHAR", "uuid": "VARCHAR",
-          "message": "JSON"}
-MAPPED = frozenset(FIELDS) | {"toolUseResult"}
+          "message": "JSON", "data": "JSON", "toolUseResult": "JSON"}
+MAPPED = frozenset(FIELDS)
+# The keys every line of a transcript carries, whatever its type: a line of a type this
+# module does not know yet (Claude Code adds some in most minor releases) is still one of its
+# lines when it has them, read as a `record` and named in ingest's warnings.
+LINE_KEYS = ("sessionId", "uuid", "parentUuid", "timestamp")
+# `progress` lines (2.1+: 70 % of a main session) by their `data.type`: what a hook, a
+# running command or a subagent did while a tool ran; `agent_progress` relays a subagent's
+# own transcript line (`data.message`), read as that subagent's line.
+RELAYED = "agent_progress"
+SPAWN_TOOLS = ("Task", "Agent")  # the tool calls that start a subagent (renamed in 2.1.x)
 # Read for columns and kept in `extra` as well (agentId and parentUuid), or kept in `extra` only.
 KNOWN = frozenset({
     "parentUuid", "isSidechain", "agentId", "isMeta", "userType", "cwd", "version", "gitBranch",
@@ -98,12 +127,22 @@ KNOWN = frozenset({
     "sourceToolAssistantUUID", "sourceToolUseID", "isVisibleInTranscriptOnly", "imagePasteIds",
     "durationMs", "hookInfos", "hookErrors", "preventedContinuation", "stopReason", "hasOutput",
     "mcpMeta", "planContent", "retryInMs", "retryAttempt", "maxRetries", "cause",
-    "apiErrorStatus", "attributionAgent", "attachment",
+    "apiErrorStatus", "attributionAgent", "attachment", "parentToolUseID", "hookCount",
 })
 
 
+def is_transcript_line(record: dict) -> bool:
+    """A line of a transcript: one of the known types, or a line of any type that carries the
+    keys every transcript line has (a session id and a uuid or parent uuid)."""
+    kind = record.get("type")
+    if kind in TYPES:
+        return True
+    return (isinstance(kind, str) and isinstance(record.get("sessionId"), str)
+            and ("uuid" in record or "parentUuid" in record))
+
+
 def sniff(records: list[dict], path: Path) -> bool:
-    typed = [r for r in records if r.get("type") in TYPES]
+    typed = [r for r in records if is_transcript_line(r)]
     session = any(isinstance(r.get("sessionId"), str) and r.get("type") in ("user", "assistant")
                   and isinstance(r.get("message"), dict) for r in records)
     return session and len(typed) * 2 > len(records)
@@ -137,30 +176,60 @@ _CALL = ("CASE WHEN json_type(tu->'$.input') = 'OBJECT' THEN CAST(json_merge_pat
          "ELSE CAST(tu->'$.input' AS VARCHAR) END")
 
 
+# `extra` beyond the KNOWN keys: name → SQL over the mapper's columns
+_EXTRAS = {
+    "message_id": "CASE WHEN typ = 'assistant' THEN mid END",
+    "text": f"CASE WHEN k = 'message' THEN {clip_sql('txt')} END",
+    "tool_results": "CASE WHEN len(trs) > 1 THEN len(trs) END",
+    # what a progress line reports (hook_progress, bash_progress, agent_progress, ...)
+    "progress": "CASE WHEN r.type = 'progress' THEN r.data->>'$.type' END",
+    "hook": "CASE WHEN r.type = 'progress' THEN r.data->>'$.hookName' END",
+    # a relayed subagent line: the Task call that started the subagent, and its id
+    "spawned_by": "CASE WHEN relay THEN r.parentToolUseID->>'$' END",
+    "agentId": "CASE WHEN relay AND r.agentId IS NULL THEN agent_id END",
+    # a Task call's result names the subagent it ran (whose actor is agent-<agentId>)
+    "spawned": "CASE WHEN k = 'response' THEN r.toolUseResult->>'$.agentId' END",
+}
+
+
 def select_sql(ctx: FormatContext) -> str:
-    usage = "r.message->'$.usage'"
+    usage = "msg->'$.usage'"
     side_reply = f"CASE WHEN side THEN {sql_str(MAIN_AGENT)} ELSE 'user' END"
     error_text = "regexp_replace(rtext, '</?tool_use_error>', '', 'g')"
+    hook_error = ("CASE json_type(r.hookErrors, '$[0]') WHEN 'VARCHAR' THEN r.hookErrors->>'$[0]' "
+                  "ELSE CAST(r.hookErrors->'$[0]' AS VARCHAR) END")
     return f"""
     WITH parsed AS (
       SELECT line, byte_offset, byte_length, text,
              from_json(text, {struct_spec(FIELDS | json_fields(KNOWN))}) AS r
       FROM raw
-    ), shaped AS (
-      SELECT *, r.type AS typ, r.message->>'$.id' AS mid,
-        json_extract(r.message, '$.content[*]') AS blocks,
-        coalesce(r.isSidechain->>'$' = 'true', false) AS side,
-        coalesce(r.isApiErrorMessage->>'$' = 'true', false) AS api_error
+    ), relayed AS (  -- a subagent's line relayed in a progress line is read as that line
+      SELECT *, r.type = 'progress' AND r.data->>'$.type' = {sql_str(RELAYED)}
+                AND json_type(r.data, '$.message.message') = 'OBJECT' AS relay
       FROM parsed
-    ), blocked AS (
+    ), shaped AS (
       SELECT *,
-        CASE WHEN side THEN coalesce('agent-' || (r.agentId->>'$'), 'sidechain')
-             ELSE {sql_str(MAIN_AGENT)} END AS agent,
+        CASE WHEN relay THEN r.data->>'$.message.type' ELSE r.type END AS typ,
+        CASE WHEN relay THEN r.data->'$.message.message' ELSE r.message END AS msg,
+        CASE WHEN relay THEN r.data->>'$.agentId' ELSE r.agentId->>'$' END AS agent_id,
+        CASE WHEN relay THEN coalesce(r.data->>'$.message.uuid', r.uuid) ELSE r.uuid END AS uid,
+        CASE WHEN relay THEN coalesce(r.data->>'$.message.timestamp', r.timestamp)
+             ELSE r.timestamp END AS stamp,
+        relay OR coalesce(r.isSidechain->>'$' = 'true', false) AS side,
+        coalesce(r.isApiErrorMessage->>'$' = 'true', false) AS api_error
+      FROM relayed
+    ), blocked AS (
+      SELECT *, msg->>'$.id' AS mid, json_extract(msg, '$.content[*]') AS blocks,
+        CASE WHEN side THEN coalesce('agent-' || agent_id, 'sidechain')
+             ELSE {sql_str(MAIN_AGENT)} END AS agent
+      FROM shaped
+    ), contents AS (
+      SELECT *,
         list_filter(blocks, lambda b: b->>'$.type' IN ('tool_use', 'server_tool_use'))[1] AS tu,
         list_filter(blocks, lambda b: b->>'$.type' = 'tool_result') AS trs,
-        CASE json_type(r.message, '$.content') WHEN 'VARCHAR' THEN r.message->>'$.content'
+        CASE json_type(msg, '$.content') WHEN 'VARCHAR' THEN msg->>'$.content'
              ELSE list_filter(blocks, lambda b: b->>'$.type' = 'text')[1]->>'$.text' END AS txt
-      FROM shaped
+      FROM blocked
     ), kinded AS (
       SELECT *, trs[1] AS tr,
         CASE WHEN typ = 'assistant' THEN
@@ -171,13 +240,14 @@ def select_sql(ctx: FormatContext) -> str:
                CASE WHEN len(trs) > 0 THEN 'response' WHEN r.isMeta->>'$' = 'true' THEN 'record'
                     WHEN txt IS NOT NULL THEN 'message' ELSE 'record' END
              ELSE 'record' END AS k
-      FROM blocked
+      FROM contents
     ), resulted AS (
-      SELECT *, {_text_of('tr')} AS rtext, coalesce(tr->>'$.is_error' = 'true', false) AS failed
+      SELECT *, {_text_of('tr')} AS rtext, coalesce(tr->>'$.is_error' = 'true', false) AS failed,
+        nullif({hook_error}, '') AS hook_failed
       FROM kinded
     )
     SELECT line, byte_offset, byte_length, text,
-      {iso_to_ts('r.timestamp')} AS ts,
+      {iso_to_ts('stamp')} AS ts,
       k AS kind, typ AS event_type,
       CASE WHEN k = 'message' AND typ = 'user' THEN {side_reply} ELSE agent END AS actor,
       CASE WHEN k = 'message' AND typ = 'user' THEN agent
@@ -187,29 +257,28 @@ def select_sql(ctx: FormatContext) -> str:
       CASE WHEN k = 'tool_call' THEN CAST(tu->'$.input' AS VARCHAR) END AS args,
       CASE WHEN k = 'tool_call' THEN {key_sql("tu->>'$.name'", _CALL)} END AS action_key,
       CASE WHEN k = 'response' THEN {clip_sql('rtext')} END AS result,
-      CASE WHEN k = 'response' THEN NOT failed WHEN api_error THEN false END AS ok,
+      CASE WHEN k = 'response' THEN NOT failed WHEN api_error OR hook_failed IS NOT NULL
+           THEN false END AS ok,
       CASE WHEN k = 'response' AND failed
            THEN coalesce(nullif({first_line_sql(error_text)}, ''), 'error')
            WHEN api_error THEN concat_ws(' ', coalesce(r.error->>'$', 'api_error'),
-                                         r.apiErrorStatus->>'$') END AS error,
-      r.message->>'$.role' AS role,
+                                         r.apiErrorStatus->>'$')
+           WHEN hook_failed IS NOT NULL THEN {first_line_sql('hook_failed')} END AS error,
+      msg->>'$.role' AS role,
       CASE k WHEN 'tool_call' THEN tu->>'$.id' WHEN 'response' THEN tr->>'$.tool_use_id'
              WHEN 'llm_call' THEN mid
-             WHEN 'message' THEN CASE WHEN typ = 'assistant' THEN mid ELSE r.uuid END
-             ELSE r.uuid END AS corr_id,
-      CASE WHEN k = 'tool_call' THEN mid ELSE r.parentUuid->>'$' END AS parent_id,
-      CASE WHEN typ = 'assistant' THEN nullif(r.message->>'$.model', '<synthetic>') END AS model,
+             WHEN 'message' THEN CASE WHEN typ = 'assistant' THEN mid ELSE uid END
+             ELSE uid END AS corr_id,
+      CASE WHEN k = 'tool_call' THEN mid
+           WHEN relay THEN r.data->>'$.message.parentUuid' ELSE r.parentUuid->>'$' END AS parent_id,
+      CASE WHEN typ = 'assistant' THEN nullif(msg->>'$.model', '<synthetic>') END AS model,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.input_tokens' AS BIGINT) END AS tokens_in,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.output_tokens' AS BIGINT) END AS tokens_out,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.cache_read_input_tokens' AS BIGINT)
            END AS tokens_cache_read,
       CASE WHEN typ = 'assistant' THEN TRY_CAST({usage}->>'$.cache_creation_input_tokens' AS BIGINT)
            END AS tokens_cache_write,
-      {_extra({
-          "message_id": "CASE WHEN typ = 'assistant' THEN mid END",
-          "text": f"CASE WHEN k = 'message' THEN {clip_sql('txt')} END",
-          "tool_results": "CASE WHEN len(trs) > 1 THEN len(trs) END",
-      })} AS extra
+      {_extra(_EXTRAS)} AS extra
     FROM resulted
     """
 
@@ -267,6 +336,8 @@ FORMAT = Format(
     select_sql=select_sql,
     mapped_keys=MAPPED,
     known_keys=KNOWN,
+    line_type="json_extract_string(text, '$.type')",
+    known_types=TYPES,
     finish=finish,
     priority=30,
     profile=PROFILE,

@@ -87,9 +87,17 @@ HEAVY = ("content", "output", "arguments", "input", "instructions", "base_instru
          "user_instructions", "developer_instructions", "encrypted_content")
 
 
+def is_rollout_line(record: dict) -> bool:
+    """A line of a wrapped rollout, of a known type or of one a newer Codex added: the
+    `{"timestamp", "type", "payload"}` wrapper."""
+    return (isinstance(record.get("type"), str) and isinstance(record.get("payload"), dict)
+            and (record["type"] in OUTER or isinstance(record.get("timestamp"), str)))
+
+
 def sniff(records: list[dict], path: Path) -> bool:
-    wrapped = sum(1 for r in records if r.get("type") in OUTER and isinstance(r.get("payload"), dict))
-    if wrapped and wrapped * 2 > len(records):
+    wrapped = sum(1 for r in records if is_rollout_line(r))
+    known = any(r.get("type") in OUTER and isinstance(r.get("payload"), dict) for r in records)
+    if known and wrapped * 2 > len(records):
         return True
     # an older rollout: the session meta (no type), then bare response items
     first = records[0] if records else {}
@@ -294,6 +302,17 @@ def _count_usage_once(con: duckdb.DuckDBPyConnection) -> None:
 PROFILE = FormatProfile(text_key="text")
 
 
+# A line's record type, for ingest's count of the types this module does not know: the
+# response item's type in a wrapped `response_item` (`response_item/function_call`), the
+# wrapper's type otherwise (every `event_msg` is read, as a record when not listed above); an
+# older rollout's bare item type, or '' for its meta and state lines.
+LINE_TYPE = ("CASE WHEN json_type(text, '$.payload') = 'OBJECT' THEN CASE json_extract_string("
+             "text, '$.type') WHEN 'response_item' THEN 'response_item/' || coalesce("
+             "json_extract_string(text, '$.payload.type'), '') ELSE json_extract_string(text, "
+             "'$.type') END ELSE coalesce(json_extract_string(text, '$.type'), '') END")
+KNOWN_TYPES = OUTER | ITEMS | {f"response_item/{i}" for i in ITEMS} | {""}
+
+
 FORMAT = Format(
     name="codex",
     description="Codex CLI rollout files: function calls joined to their outputs (exit code), "
@@ -302,6 +321,8 @@ FORMAT = Format(
     select_sql=select_sql,
     mapped_keys=frozenset({"timestamp", "type", "payload"}),
     known_keys=LEGACY,
+    line_type=LINE_TYPE,
+    known_types=KNOWN_TYPES,
     finish=finish,
     priority=30,
     profile=PROFILE,

@@ -80,9 +80,15 @@ ERROR_CODES = ("2", "STATUS_CODE_ERROR", "ERROR")
 SPAN_KINDS = {"1": "internal", "2": "server", "3": "client", "4": "producer", "5": "consumer"}
 
 
+SIGNALS = ("resourceSpans", "resourceLogs", "resourceMetrics")  # what an OTLP export line holds
+
+
 def sniff(records: list[dict], path: Path) -> bool:
-    hits = sum(1 for r in records if isinstance(r.get("resourceSpans"), list))
-    return hits > 0 and hits * 2 > len(records)
+    """Lines of spans, among lines of any OTLP export: a Collector writing several signals to
+    one file still writes a trace file (the lines without spans are quarantined, counted)."""
+    spans = sum(1 for r in records if isinstance(r.get("resourceSpans"), list))
+    exports = sum(1 for r in records if any(isinstance(r.get(k), list) for k in SIGNALS))
+    return spans > 0 and exports * 2 > len(records)
 
 
 def sniff_head(head: bytes, path: Path) -> bool:
