@@ -207,7 +207,7 @@ def test_genai_current_names_span_tree_and_agent_totals(tmp_path):
     # a handoff is an explicit edge: from the agent handing off (its own span's agent: none, so
     # the name says it) to the one it names
     assert (handoff["kind"], handoff["event_type"], handoff["actor"], handoff["target"],
-            handoff["action"]) == ("record", "handoff", "triage", "refunds", "handoff")
+            handoff["action"]) == ("message", "handoff", "triage", "refunds", "handoff")
 
 
 def test_actor_source_says_which_actors_were_inferred(tmp_path):
@@ -417,7 +417,8 @@ def test_sample_loops_are_found_with_their_participants(sample):
     _, doc, res = sample
     assert res.exit_code == 1
     by = {f["detector"]: f for f in doc["findings"] if f["severity"] in SERIOUS}
-    assert set(by) == {"repeated_error", "ping_pong"}
+    # the hand-offs are messages: the pair trading them, and each side saying the same
+    assert set(by) == {"repeated_error", "ping_pong", "repeated_message"}
     tools, = [i for i in KEY["incidents"] if i["kind"] == "tool_error_loop"]
     f = by["repeated_error"]
     assert (f["actors"], f["sessions"], f["events"], f["details"]["action"],
@@ -430,6 +431,8 @@ def test_sample_loops_are_found_with_their_participants(sample):
     lines = {e["line"] for e in f["evidence"]}
     assert lines and all(handoffs["first_line"] <= n <= handoffs["last_line"] for n in lines)
     assert all(e["file"].endswith("otlp/traces.json") for e in f["evidence"])
+    said = by["repeated_message"]
+    assert set(said["actors"]) <= {"billing", "refunds"} and said["sessions"] == [handoffs["session"]]
 
 
 def test_clean_twin_is_silent(tmp_path):

@@ -15,9 +15,17 @@ names, and those of OpenInference, OpenLLMetry/Traceloop, OpenLIT, Logfire/Pydan
   service), action `invoke_agent <agent>`, depth = the agent spans above it;
 - `execute_tool` (or a TOOL / tool span, Pydantic AI's `running tool`): kind `tool_call`;
   action and target = the tool, args = its arguments, result = its result (first 4 KiB);
-- a handoff (`gen_ai.operation.name` = handoff, `gen_ai.transfer.target.name`, OpenAI Agents'
-  `from_agent` / `to_agent`, a span named `handoff [from A] to B`): kind `record`, actor = the
-  agent handing off, target = the agent it hands to: an explicit agent → agent edge;
+- a handoff (`gen_ai.operation.name` = handoff or the contrib OpenAI Agents
+  instrumentation's `agent_handoff`, `gen_ai.transfer.target.name`, `gen_ai.handoff.from_agent`
+  / `to_agent`, OpenAI Agents' `from_agent` / `to_agent`, a span named `handoff [from A] to B`
+  or OpenLLMetry's `A → B.handoff`): kind `message`, actor = the agent handing off, target =
+  the agent it hands to, `extra.handoff` = `span`, `extra.text` = `handoff to B`: an explicit
+  agent → agent edge;
+- hand-offs no span states (`finish`, `_inferred_handoffs`): a `transfer_to_<agent>` tool call
+  followed by that agent's `invoke_agent` span (the OpenAI Agents SDK's handoff tool) is a
+  message to it (`extra.handoff` = `transfer_tool`); an agent span with no agent above it
+  whose conversation's previous one was another agent's (same trace, or a trace of its own) is
+  a message from that agent (`conversation`). A hand-off's channel is its conversation;
 - an inference call (`chat`, `text_completion`, `generate_content`, `embeddings`, an LLM
   span, or a span naming a model): kind `llm_call`, target = the provider, model, tokens
   (`tokens_in` without the cached input the conventions count in it: cache reads and writes
@@ -53,7 +61,7 @@ from pathlib import Path
 
 import duckdb
 
-from .base import Format, FormatContext, epoch_to_ts, sql_str
+from .base import Format, FormatContext, FormatProfile, epoch_to_ts, sql_str
 
 SUB_BITS = 13  # up to 8,192 spans a line (the Collector's default batch) and 524,287 lines a file
 MAX_SPANS = 1 << SUB_BITS
@@ -77,6 +85,10 @@ AGENT_OPS = ("invoke_agent", "agent")
 LLM_OPS = ("chat", "text_completion", "generate_content", "embeddings", "completion", "llm",
            "embedding", "generation")
 ERROR_CODES = ("2", "STATUS_CODE_ERROR", "ERROR")
+# a handoff span: GenAI `handoff`, the contrib OpenAI Agents instrumentation's
+# `agent_handoff`, OpenLLMetry's `handoff` span kind named `A → B.handoff`
+HANDOFF_OPS = ("handoff", "agent_handoff")
+HANDOFF_ARROW = "^(.+?) → (.+)\\.handoff$"
 SPAN_KINDS = {"1": "internal", "2": "server", "3": "client", "4": "producer", "5": "consumer"}
 
 
@@ -205,8 +217,9 @@ def select_sql(ctx: FormatContext) -> str:
           AS agent,
         {_first('gen_ai.response.model', 'gen_ai.request.model', 'llm.model_name',
                 'llm.response.model', 'llm.request.model')} AS model,
-        coalesce({_first('gen_ai.transfer.target.name', 'to_agent')},
-                 nullif(regexp_extract(name, '^handoff (?:from .+? )?to (.+)$', 1), ''))
+        coalesce({_first('gen_ai.transfer.target.name', 'gen_ai.handoff.to_agent', 'to_agent')},
+                 nullif(regexp_extract(name, '^handoff (?:from .+? )?to (.+)$', 1), ''),
+                 nullif(regexp_extract(name, {sql_str(HANDOFF_ARROW)}, 2), ''))
           AS handoff_to,
         coalesce({_first('gen_ai.tool.name', 'tool.name', 'tool_name')},
                  CASE WHEN {traceloop_kind} = 'tool' THEN nullif(a['traceloop.entity.name'], '') END,
@@ -221,7 +234,7 @@ def select_sql(ctx: FormatContext) -> str:
     ),
     classified AS (
       SELECT *,
-        CASE WHEN op = 'handoff' OR handoff_to IS NOT NULL THEN 'handoff'
+        CASE WHEN op IN {_in(HANDOFF_OPS)} OR handoff_to IS NOT NULL THEN 'handoff'
              WHEN op IN {_in(TOOL_OPS)} OR name = 'running tool' OR starts_with(name, 'execute_tool')
                OR (op IS NULL AND a['gen_ai.tool.name'] IS NOT NULL AND model IS NULL) THEN 'tool'
              WHEN op IN {_in(AGENT_OPS)} OR starts_with(name, 'invoke_agent')
@@ -231,15 +244,17 @@ def select_sql(ctx: FormatContext) -> str:
         END AS what,
         coalesce(agent, nullif(regexp_extract(name, '^invoke_agent (.+)$', 1), ''),
                  nullif(a['gen_ai.agent.id'], ''), name) AS invoked,
-        coalesce({_first('from_agent')},
-                 nullif(regexp_extract(name, '^handoff from (.+?) to .+$', 1), ''), agent)
+        coalesce({_first('gen_ai.handoff.from_agent', 'from_agent')},
+                 nullif(regexp_extract(name, '^handoff from (.+?) to .+$', 1), ''),
+                 nullif(regexp_extract(name, {sql_str(HANDOFF_ARROW)}, 1), ''), agent)
           AS handoff_from
       FROM named
     ),
     mapped AS (
       SELECT *,
         CASE what WHEN 'tool' THEN 'tool_call' WHEN 'agent' THEN 'request'
-                  WHEN 'llm' THEN 'llm_call' ELSE 'record' END AS kind,
+                  WHEN 'llm' THEN 'llm_call' WHEN 'handoff' THEN 'message' ELSE 'record' END
+          AS kind,
         CASE what WHEN 'handoff' THEN handoff_from WHEN 'agent' THEN {_first('gen_ai.caller.name')}
                   ELSE agent END AS stated_actor,
         {tokens}
@@ -284,6 +299,9 @@ def select_sql(ctx: FormatContext) -> str:
         'status': nullif(status.message, ''),
         'exception': nullif(exc['exception.message'], ''),
         'actor_stated': stated_actor,
+        'what': what,
+        'handoff': CASE WHEN what = 'handoff' THEN 'span' END,
+        'text': CASE WHEN what = 'handoff' THEN 'handoff to ' || handoff_to END,
         'conversation': conversation,
         'links': nullif(list_transform(coalesce(links, []), lambda l_: {_hex_id('l_.spanId')}), []),
         'attributes': CASE WHEN cardinality(a) > 0 THEN a END
@@ -319,8 +337,8 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
     con.execute("""
     CREATE OR REPLACE TEMP TABLE batch AS
     WITH RECURSIVE node AS (
-      SELECT event_id, _trace AS trace, corr_id AS span, parent_id AS parent, kind,
-        CASE WHEN kind = 'request' THEN target ELSE extra->>'actor_stated' END AS agent,
+      SELECT event_id, _trace AS trace, corr_id AS span, parent_id AS parent, extra->>'what' AS what,
+        CASE WHEN extra->>'what' = 'agent' THEN target ELSE extra->>'actor_stated' END AS agent,
         extra->>'conversation' AS conversation
       FROM _otlp
     ),
@@ -335,7 +353,7 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
       SELECT up.event_id,
         arg_min(p.agent, up.hops) FILTER (WHERE p.agent IS NOT NULL) AS agent,
         arg_min(p.conversation, up.hops) FILTER (WHERE p.conversation IS NOT NULL) AS conversation,
-        count(*) FILTER (WHERE p.kind = 'request') AS agents_above
+        count(*) FILTER (WHERE p.what = 'agent') AS agents_above
       FROM up JOIN node p ON p.trace = up.trace AND p.span = up.anc
       GROUP BY up.event_id
     ),
@@ -356,11 +374,87 @@ def finish(con: duckdb.DuckDBPyConnection, ctx: FormatContext) -> None:
         CAST(((k + 1) * len) // n - (k * len) // n AS INTEGER) AS byte_length,
         coalesce(stated, anc_agent, service) AS actor,
         coalesce(extra->>'conversation', anc_conversation, trace_conversation, _trace) AS session,
-        CASE WHEN kind = 'request' THEN CAST(agents_above AS INTEGER) ELSE depth END AS depth,
+        CASE WHEN extra->>'what' = 'agent' THEN CAST(agents_above AS INTEGER) ELSE depth END AS depth,
         CAST(json_merge_patch(extra, json_object('actor_source',
           CASE WHEN stated IS NOT NULL THEN 'span' WHEN anc_agent IS NOT NULL THEN 'ancestor'
                WHEN service IS NOT NULL THEN 'service' END)) AS VARCHAR) AS extra)
     FROM resolved
+    """)
+    _inferred_handoffs(con)
+
+
+# A hand-off the trace shows without a handoff span: how it is told (extra.handoff)
+TRANSFER, SUCCESSION = "transfer_tool", "conversation"
+TRANSFER_PREFIX = "transfer_to_"  # OpenAI Agents SDK: a handoff is the tool transfer_to_<agent>
+
+
+def _tool_name_of(agent: str) -> str:
+    """SQL: the name the OpenAI Agents SDK gives the tool that hands off to `agent`
+    (`transform_string_function_style`: every character but letters, digits and `_` made
+    `_`, lower-cased)."""
+    return f"lower(regexp_replace({agent}, '[^A-Za-z0-9_]', '_', 'g'))"
+
+
+def _inferred_handoffs(con: duckdb.DuckDBPyConnection) -> None:
+    """Hand-offs between agents that no handoff span states, as messages from the agent
+    handing off to the agent taking over (`extra.handoff` says how each was told):
+
+    - `transfer_tool`: a tool call `transfer_to_<agent>` (the OpenAI Agents SDK's handoff tool)
+      whose trace's next agent span invokes that agent: the call is the message, to it;
+    - `conversation`: an agent span at the top of its trace's agents (no agent above it) whose
+      conversation's previous such span was another agent's, in the same trace or as a trace
+      of its own (a new trace under a user's request is the user's turn, not a hand-off),
+      and no hand-off between them says so: the span is the message, from that agent.
+
+    A hand-off a handoff span states stays the span's alone. Every hand-off's channel is its
+    conversation: two agents passing one conversation back and forth are a ping-pong there,
+    and the same two handing on many conversations once each are not. Both are inferred, as the GenAI
+    conventions say an instrumentation must not (agent-formats.md §2): the finding says so.
+    Idempotent: what an earlier run of `finish` over held-back rows inferred is undone first
+    (the actor of every span is recomputed by `finish` before)."""
+    con.execute(f"""
+    UPDATE batch SET kind = CASE extra->>'what' WHEN 'tool' THEN 'tool_call' ELSE 'request' END,
+      target = CASE extra->>'what' WHEN 'tool' THEN action ELSE target END,
+      extra = CAST(json_merge_patch(extra, '{{"handoff": null, "text": null}}') AS VARCHAR)
+    WHERE extra->>'handoff' IN ({sql_str(TRANSFER)}, {sql_str(SUCCESSION)});
+    CREATE OR REPLACE TEMP TABLE _agents AS
+      SELECT event_id, ts, target AS agent, session, extra->>'trace_id' AS trace,
+             parent_id IS NULL AS own_trace, coalesce(depth, 0) = 0 AS top
+      FROM batch WHERE kind = 'request' AND ts IS NOT NULL;
+    CREATE OR REPLACE TEMP TABLE _stated AS
+      SELECT ts, actor, target, session, extra->>'trace_id' AS trace FROM batch
+      WHERE kind = 'message' AND extra->>'handoff' = 'span';
+    CREATE OR REPLACE TEMP TABLE _transfers AS
+      SELECT t.event_id, a.agent
+      FROM (SELECT event_id, ts, actor, action, extra->>'trace_id' AS trace FROM batch
+            WHERE kind = 'tool_call' AND starts_with(action, {sql_str(TRANSFER_PREFIX)})
+              AND ts IS NOT NULL AND actor IS NOT NULL) t
+      ASOF JOIN _agents a ON a.trace = t.trace AND a.ts >= t.ts
+      WHERE {_tool_name_of('a.agent')} = lower(t.action[{len(TRANSFER_PREFIX) + 1}:])
+        AND a.agent <> t.actor
+        AND NOT EXISTS (SELECT 1 FROM _stated h WHERE h.trace = t.trace
+                        AND h.actor = t.actor AND h.target = a.agent
+                        AND h.ts BETWEEN t.ts AND a.ts);
+    UPDATE batch SET kind = 'message', target = x.agent,
+      extra = CAST(json_merge_patch(extra, json_object('handoff', {sql_str(TRANSFER)},
+        'text', batch.action || coalesce(' ' || batch.args, ''))) AS VARCHAR)
+    FROM _transfers x WHERE batch.event_id = x.event_id;
+    CREATE OR REPLACE TEMP TABLE _successions AS
+      SELECT event_id, agent, prev_agent FROM (
+        SELECT *, lag(agent) OVER w AS prev_agent, lag(ts) OVER w AS prev_ts,
+               lag(trace) OVER w AS prev_trace
+        FROM _agents WHERE top AND session IS NOT NULL
+        WINDOW w AS (PARTITION BY session ORDER BY ts, event_id)) s
+      WHERE prev_agent IS NOT NULL AND prev_agent <> agent
+        AND (trace = prev_trace OR own_trace)
+        AND NOT EXISTS (SELECT 1 FROM batch h WHERE h.kind = 'message' AND h.session = s.session
+                        AND h.actor = s.prev_agent AND h.target = s.agent
+                        AND h.ts BETWEEN s.prev_ts AND s.ts);
+    UPDATE batch SET kind = 'message', actor = x.prev_agent, depth = NULL,
+      extra = CAST(json_merge_patch(extra, json_object('handoff', {sql_str(SUCCESSION)},
+        'text', 'invoke_agent ' || x.agent)) AS VARCHAR)
+    FROM _successions x WHERE batch.event_id = x.event_id;
+    UPDATE batch SET channel = session WHERE kind = 'message' AND extra->>'handoff' IS NOT NULL;
     """)
 
 
@@ -375,4 +469,6 @@ FORMAT = Format(
     whole_chunks=True,
     sub_bits=SUB_BITS,
     priority=30,
+    # a hand-off's text (`handoff to <agent>`, the transfer call): repeated_message reads it
+    profile=FormatProfile(text_key="text"),
 )

@@ -389,11 +389,13 @@ def _exports(spans: list[Span], rng: random.Random) -> list[tuple[int, str, list
     return sorted(out, key=lambda e: (e[0], e[1]))
 
 
-def _resource_spans(service: str, group: list[Span]) -> Record:
+def resource_spans(service: str, group: list[Span],
+                   services: dict[str, list[tuple[str, Any]]] = SERVICES) -> Record:
+    """One service's spans as an export's `resourceSpans` entry, grouped by scope."""
     scopes: dict[tuple[str, str], list[Record]] = {}
     for sp in group:
         scopes.setdefault(sp.scope, []).append(sp.record())
-    return {"resource": {"attributes": [_kv(k, v) for k, v in SERVICES[service]]},
+    return {"resource": {"attributes": [_kv(k, v) for k, v in services[service]]},
             "scopeSpans": [{"scope": {"name": n, "version": v}, "spans": recs}
                            for (n, v), recs in scopes.items()]}
 
@@ -418,7 +420,7 @@ def collector_lines(spans: list[Span], seed: int) -> tuple[list[str], list[list[
             lines.append((arrival, [(svc, grp)], resent))
     text, members = [], []
     for _, parts, _ in lines:
-        doc = {"resourceSpans": [_resource_spans(svc, grp) for svc, grp in parts]}
+        doc = {"resourceSpans": [resource_spans(svc, grp) for svc, grp in parts]}
         text.append(json.dumps(doc, separators=(",", ":"), ensure_ascii=False))
         members.append([sp for _, grp in parts for sp in grp])
     return text, members
