@@ -24,6 +24,7 @@ _MODULES = (
     "repeated_error", "ping_pong", "trigger_cycle", "rate_spike", "unusual_actor",
     "depth_violation", "repair_loop", "repeated_action", "alternating_action", "repeated_message",
     "no_progress",
+    "runaway_subagents",
 )
 
 

@@ -13,16 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .agents_sdk import write_agents_sdk_traces
 from .bproxy import bproxy_full_incident, write_bproxy_log
 from .claude_code import write_claude_code_project
 from .codex import write_codex_sessions
 from .hooks import write_hooks_log
 from .labtrust import write_labtrust_run
 from .otlp import write_otlp_traces
+from .subagents import write_subagent_sessions
 from .sven import write_sven_store
 from .trajectory import write_trajectories
 
-__all__ = ["SECTIONS", "bproxy_full_incident", "write_bproxy_log", "write_claude_code_project",
+__all__ = ["SECTIONS", "bproxy_full_incident", "write_agents_sdk_traces", "write_bproxy_log",
+           "write_claude_code_project", "write_subagent_sessions",
            "write_clean_twins", "write_codex_sessions", "write_full_incident", "write_hooks_log",
            "write_labtrust_run", "write_otlp_traces", "write_samples", "write_sven_store",
            "write_trajectories"]
