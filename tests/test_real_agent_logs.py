@@ -200,3 +200,12 @@ def test_a_line_of_a_type_not_known_yet_is_read_and_named(tmp_path):
                    "WHERE event_type = 'mcp-notice' ORDER BY line")
     assert got == [(6, "record", "claude", "docs"), (7, "record", "claude", "docs")]
     assert rows(st, "SELECT count(*) FROM events") == [(41,)]
+
+
+def test_a_compaction_summary_is_not_the_user_speaking(store):
+    """Claude Code writes the summary of a compacted conversation as a `user` line: a record,
+    not a message of the user's."""
+    lines = [n for n, r in enumerate(records(CACHED_1H), 1) if r.get("isCompactSummary")]
+    assert len(lines) == 1
+    assert rows(store, "SELECT kind, actor FROM events WHERE file = ? AND line = ?",
+                [str(CACHED_1H), lines[0]]) == [("record", "claude")]

@@ -41,7 +41,9 @@ Columns:
   with several tool_result blocks, as some early versions wrote, is read by its first; `extra`
   says how many it held.)
 - other `user` lines (a prompt) ⇒ kind `message` from `user` to the agent (in a subagent's
-  transcript: from `claude`, the agent whose Task started it); `isMeta` lines ⇒ `record`.
+  transcript: from `claude`, the agent whose Task started it); `isMeta` lines, and the summary
+  Claude Code writes as the user's line when it compacts the conversation
+  (`isCompactSummary`), ⇒ `record`.
 - `summary`, `system`, `file-history-snapshot`, `queue-operation` ⇒ kind `record`; a
   `system` line whose `hookErrors` is not empty (a stop hook that failed) has ok false and
   error = the first hook error's first line.
@@ -237,7 +239,8 @@ def select_sql(ctx: FormatContext) -> str:
                     WHEN tu IS NOT NULL THEN 'tool_call' WHEN txt IS NOT NULL THEN 'message'
                     ELSE 'llm_call' END
              WHEN typ = 'user' THEN
-               CASE WHEN len(trs) > 0 THEN 'response' WHEN r.isMeta->>'$' = 'true' THEN 'record'
+               CASE WHEN len(trs) > 0 THEN 'response'
+                    WHEN r.isMeta->>'$' = 'true' OR r.isCompactSummary->>'$' = 'true' THEN 'record'
                     WHEN txt IS NOT NULL THEN 'message' ELSE 'record' END
              ELSE 'record' END AS k
       FROM contents
