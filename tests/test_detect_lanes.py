@@ -17,14 +17,17 @@ from loophound.detect import actions as ac
 from loophound.detect.base import ONE_PASS_OVER_ACTIONS
 from loophound.ingest import ingest
 from loophound.store import Store, event_kinds, sibling
+from loophound.synth import write_subagent_sessions
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Store:
-    st = Store(tmp_path_factory.mktemp("lanes") / "st")
-    ingest([str(SAMPLES)], st)
+    root = tmp_path_factory.mktemp("lanes")
+    write_subagent_sessions(root / "subagents")  # the samples hold no runaway sub-agents
+    st = Store(root / "st")
+    ingest([str(SAMPLES), str(root / "subagents")], st)
     return st
 
 

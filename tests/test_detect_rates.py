@@ -265,9 +265,10 @@ def test_detectors_whose_kinds_are_absent_are_not_run(bproxy, monkeypatch):
     _, _, store_path = bproxy
     detect.run_detectors(Store(store_path).connect(), settings())
     # a bproxy log has requests, not messages, hooks or LabTrust repair attempts (in any
-    # order: those that prepared something run last)
+    # order: those that prepared something run last); runaway_subagents reads requests (an
+    # agent span under another is one) and finds none that invokes an agent
     assert sorted(ran) == sorted(["repeated_error", "rate_spike", "unusual_actor",
-                                  "repeated_action", "alternating_action"])
+                                  "repeated_action", "alternating_action", "runaway_subagents"])
 
 
 # --- repair_loop -------------------------------------------------------------------------------

@@ -59,27 +59,48 @@ class Params:
                                      "episode")
 
 
+# Every spawn: one scan per kind, each filtered where it is read (a log of millions of
+# requests and no agent span pays for reading their `depth` and `action` only)
 SPAWNS_SQL = """
-WITH answered AS (  -- a Task's result names the subagent it ran
+SELECT event_id, ts, file, line, session, actor, kind, corr_id, target, action_key, args,
+       action, depth
+FROM events
+WHERE kind = 'tool_call' AND list_contains($tools, action)
+  AND session IS NOT NULL AND ts IS NOT NULL AND actor IS NOT NULL
+UNION ALL
+SELECT event_id, ts, file, line, session, actor, kind, corr_id, target, action_key, args,
+       action, depth
+FROM events
+WHERE kind = 'request' AND depth >= 1 AND starts_with(action, 'invoke_agent ')
+  AND session IS NOT NULL AND ts IS NOT NULL AND actor IS NOT NULL
+"""
+
+# The spawns (`_spawns`) with the sub-agent each started: a Task's result names it, else a
+# line it relayed names the Task; an agent span's is the agent it invokes. Only the sessions
+# with spawns are read for those.
+CHILDREN_SQL = """
+WITH answered AS (
   SELECT answers, any_value(json_extract_string(extra, '$.spawned')) AS spawned
-  FROM events WHERE kind = 'response' AND extra LIKE '%"spawned"%' GROUP BY answers
-), relayed AS (  -- a subagent's relayed line names the Task that started it
+  FROM events
+  WHERE kind = 'response' AND answers IN (SELECT event_id FROM _spawns)
+    AND extra LIKE '%"spawned"%'
+  GROUP BY answers
+), relayed AS (
   SELECT json_extract_string(extra, '$.spawned_by') AS call, any_value(actor) AS actor
-  FROM events WHERE extra LIKE '%"spawned_by"%' GROUP BY 1
+  FROM events
+  WHERE session IN (SELECT DISTINCT session FROM _spawns) AND extra LIKE '%"spawned_by"%'
+  GROUP BY 1
 )
-SELECT e.event_id, e.ts, e.file, e.line, e.session, e.actor,
-  CASE WHEN e.kind = 'tool_call' THEN coalesce('agent-' || a.spawned, r.actor) ELSE e.target END
+SELECT s.event_id, s.ts, s.file, s.line, s.session, s.actor,
+  CASE WHEN s.kind = 'tool_call' THEN coalesce('agent-' || a.spawned, r.actor) ELSE s.target END
     AS child,
-  CASE WHEN e.kind = 'tool_call' OR e.args IS NOT NULL THEN e.action_key END AS task,
-  coalesce(e.args, e.action) AS what, e.action,
-  CASE WHEN e.kind = 'request' THEN e.depth END AS depth
-FROM events e
-LEFT JOIN answered a ON a.answers = e.event_id
-LEFT JOIN relayed r ON r.call = e.corr_id AND e.kind = 'tool_call'
-WHERE e.session IS NOT NULL AND e.ts IS NOT NULL AND e.actor IS NOT NULL AND (
-  (e.kind = 'tool_call' AND list_contains($tools, e.action))
-  OR (e.kind = 'request' AND e.depth >= 1 AND starts_with(e.action, 'invoke_agent ')))
-ORDER BY e.session, e.ts, e.file, e.line, e.event_id
+  CASE WHEN s.kind = 'tool_call' OR s.args IS NOT NULL THEN s.action_key END AS task,
+  coalesce(s.args, s.action) AS what, s.action,
+  CASE WHEN s.kind = 'request' THEN s.depth END AS depth
+FROM _spawns s
+LEFT JOIN answered a ON a.answers = s.event_id
+LEFT JOIN relayed r ON r.call = s.corr_id AND s.kind = 'tool_call'
+ORDER BY s.session, s.ts, s.file, s.line, s.event_id
 """
 
 # the last event of the sub-agents a spawn tree started, in its session
@@ -186,7 +207,11 @@ def could_be(t: Tree, p: Params) -> bool:
 
 
 def measure(con: duckdb.DuckDBPyConnection, p: Params) -> list[Tree]:
-    rows = con.execute(SPAWNS_SQL, {"tools": list(p.spawn_tools)}).fetchall()
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _spawns AS {SPAWNS_SQL}",
+                {"tools": list(p.spawn_tools)})
+    if not con.execute("SELECT count(*) FROM _spawns").fetchall()[0][0]:
+        return []
+    rows = con.execute(CHILDREN_SQL).fetchall()
     by_session: dict[str, list[tuple]] = {}
     for r in rows:
         by_session.setdefault(r[4], []).append(r)
