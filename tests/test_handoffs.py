@@ -165,6 +165,7 @@ def test_the_planted_back_and_forth_is_found(planted, kind):
     assert said["severity"] in SERIOUS and said["sessions"] == [loop["session"]]
     assert said["events"] >= loop["count"] - 1
     pong = next(f for f in found if f["detector"] == "ping_pong")
+    assert loop["session"] in pong["sessions"]  # the conversation passed back and forth
     assert pong["details"]["rounds"] >= loop["count"] // 2 - 1
     assert all(loop["first_line"] <= e["line"] <= loop["last_line"] for e in pong["evidence"])
 

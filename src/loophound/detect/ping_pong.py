@@ -268,6 +268,12 @@ def judge(e: Episode, p: Params) -> Severity | None:
 # describe
 
 
+def _conversation(e: Episode) -> list[str]:
+    """The conversation the pair passed back and forth, when the messages name one as their
+    channel (hand-offs between agents: otlp): a session of the log, beside the pair's."""
+    return [] if e.channel in (*MESSAGE_KINDS, "peer") else [e.channel]
+
+
 def describe(e: Episode, severity: Severity, p: Params) -> Finding:
     machine = machine_paced(e, p)
     rounds, ch, is_room = e.rounds, e.chains, e.is_room
@@ -326,7 +332,7 @@ def describe(e: Episode, severity: Severity, p: Params) -> Finding:
         recommendation=_recommendation(e, p),
         start=e.start, end=e.stop,
         actors=[a, b], targets=[b, a] if not is_room else [e.channel],
-        sessions=[e.channel] if is_room else [f"{a}↔{b}"],
+        sessions=[e.channel] if is_room else [f"{a}↔{b}"] + _conversation(e),
         claim_sql=CLAIM, claim_params={"ids": e.ids},
         unit_kinds=UNIT_KINDS,
         details={
