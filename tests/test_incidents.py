@@ -85,14 +85,72 @@ def test_a_signal_over_two_loops_joins_one_and_never_merges_them():
     assert [(i.primary, i.signals) for i in incidents] == [("re-x", ["spike"]), ("re-y", [])]
 
 
-def test_a_shared_place_is_not_a_shared_participant():
-    """Two agents looping in one episode (LabTrust: every agent is in session episode-1):
-    their actors contradict, so they are two loops whatever else they share."""
+def test_findings_over_one_episode_at_the_same_time_are_one_incident():
+    """A repair loop and the runner's repeated error over the same steps of one episode
+    (LabTrust: every agent is in session episode-1) are one story, whatever their actors."""
     findings = [
         finding("repair", "repair_loop", "critical", 190, 500, ["coordinator"], [], ["episode-1"]),
         finding("blocked", "repeated_error", "high", 210, 340, ["A_RUNNER_0"], [], ["episode-1"]),
+        finding("later", "repeated_error", "high", 900, 990, ["A_RUNNER_1"], [], ["episode-1"]),
     ]
-    assert sorted(i.primary for i in grouped(findings)) == ["blocked", "repair"]
+    got = grouped(findings)
+    assert [(i.primary, i.signals) for i in got] == [("blocked", ["repair"]), ("later", [])]
+    assert got[0].severity == "critical" and got[0].end == T0 + dt.timedelta(seconds=500)
+
+
+def test_the_same_session_in_two_copies_of_a_log_stays_two_incidents():
+    """The trimmed copy of a log holds the same session at the same times; a spike over both
+    copies joins one of them and never merges them."""
+    findings = [
+        finding("a", "repeated_error", "critical", 1, 120, ["x"], [], ["s"], ("a/x.log",)),
+        finding("b", "repeated_error", "critical", 1, 120, [], [], ["s"], ("b/x.log",)),
+        finding("spike", "rate_spike", "high", 0, 120, ["x"], [], ["s"], ("a/x.log", "b/x.log")),
+    ]
+    assert sorted(i.members for i in grouped(findings)) == [["a", "spike"], ["b"]]
+
+
+def test_no_two_incidents_share_a_session_over_overlapping_spans():
+    """Whatever the detectors say, two incidents never hold one session at one time in one
+    file: random findings over a few sessions, actors and times."""
+    rng = random.Random(40)
+    dets = list(RANK)
+    for _ in range(30):
+        findings = []
+        for k in range(rng.randint(2, 12)):
+            start = rng.uniform(0, 3000)
+            findings.append(finding(f"f{k}", rng.choice(dets), rng.choice(["medium", "high"]),
+                                    start, start + rng.uniform(1, 900),
+                                    [rng.choice("abc")], [], [rng.choice(["s1", "s2"])]))
+        by_id = {f["id"]: f for f in findings}
+        got = grouped(findings)
+        for x, i in enumerate(got):
+            for j in got[x + 1:]:
+                for m in (i.primary, *i.pieces):
+                    for n in (j.primary, *j.pieces):
+                        f, g = by_id[m], by_id[n]
+                        assert not (set(f["sessions"]) & set(g["sessions"])
+                                    and f["start"] <= g["end"] and g["start"] <= f["end"]), (m, n)
+
+
+def test_an_incident_title_states_its_own_numbers_not_a_pieces():
+    """A storm split into pieces: the title quotes the incident's events and span, never the
+    first piece's count; the words come from details, not the detector's title."""
+    from loophound.findings_json import incidents_of
+
+    pieces = []
+    for k, n in enumerate((6864, 9000, 14135)):
+        f = finding(f"p{k}", "repeated_error", "critical", k * 1000, k * 1000 + 990, ["daemon"],
+                    [], ["s"], details={"action": "text", "error": "ECONNRESET"})
+        f.update(title=f"`text` failed {n:,} times in a row", summary="…", recommendation="…",
+                 signal="", attributed={"events": n, "lines": n, "bytes": n, "tokens": 0,
+                                        "unpriced_tokens": 0, "cost_usd": None,
+                                        "events_by_kind": {"request": n}, "cost_basis": {}})
+        pieces.append(f)
+    [inc] = incidents_of(pieces, RANK)
+    assert inc["events"] == 29999
+    assert inc["title"] == ("One agent (`daemon`) retrying `text` on session `s` despite "
+                            "`ECONNRESET`: 29,999 events over 50 min")
+    assert "6,864" not in inc["title"]
 
 
 def test_participants_in_pairs_and_cycles_link_findings():
@@ -263,6 +321,7 @@ def test_a_planted_interrupted_storm_is_one_incident_in_the_scan_and_the_cli(tmp
     assert inc["interruptions"] == 4
     assert 20 <= inc["interrupted_s"] <= 21  # the 20 s pause, and three of 0.1 s
     assert inc["events"] >= 750 and inc["sessions"] == ["dead01"]
+    assert f": {inc['events']:,} events over" in inc["title"]  # its own count, not a piece's
     assert len(doc["incidents"]) == 1  # its rate spike and unusual actor are inside it too
     # the CLI lists the one loop, and the findings only when asked
     assert "(interrupted 4×)" in res.output and "1 incident(s)" in res.output

@@ -87,8 +87,8 @@ def _match(section: str, inc: dict, panels) -> list:
             ok = f["detector"] == "ping_pong" and set(d.get("pair", [])) == set(inc["peers"])
         elif kind == "room_flood":
             ok = f["detector"] == "ping_pong" and d.get("channel") == inc["channel"]
-        elif kind == "repair_loop":
-            ok = f["detector"] == "repair_loop" and in_section
+        elif kind == "repair_loop":  # a member: the runner's blocked repeat of its episode
+            ok = in_section and any(m["detector"] == "repair_loop" for m in p.members)
         elif kind == "hook_cycle":
             ok = f["detector"] == "trigger_cycle" and set(d.get("cycle", [])) == set(inc["cycle"])
         elif kind == "handoff_loop":

@@ -85,6 +85,9 @@ def test_alerts_once_for_a_new_runaway_then_stays_quiet_while_it_grows(tmp_path)
     code, again = scan_alerts()
     assert code == 0  # a loop that ended is news, not a failure
     assert [(a["id"], a["status"]) for a in again] == [(storm["id"], "ended")]
+    # the alert's text is the incident's now, not the first scan's
+    assert again[0]["events"] > storm["events"]
+    assert f": {again[0]['events']:,} events over" in again[0]["title"]
     later = [json.loads(line) for line in text[-6:]]
     for n, line in enumerate(later):  # healthy traffic a minute on: the loop stays ended
         line["time"] += 60_000

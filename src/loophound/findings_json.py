@@ -135,7 +135,8 @@ _ADDED = ("lines", "bytes", "tokens", "unpriced_tokens")
 def incident_dict(inc: grouping.Incident, findings: dict[str, dict]) -> dict:
     """One incident as the document holds it. Its figures are those of the events its members
     own (each event has one owner, so incidents and the background add up to the whole log);
-    its words are its primary finding's."""
+    its title says what looped and those figures (`incidents.title`), never a piece's count;
+    its summary, evidence and recommendation are its primary finding's."""
     members = [findings[m] for m in inc.members]
     head = findings[inc.primary]
     owned = [m["attributed"] for m in members]
@@ -148,11 +149,13 @@ def incident_dict(inc: grouping.Incident, findings: dict[str, dict]) -> dict:
             basis[k] = basis.get(k, 0) + n
     costs = [o["cost_usd"] for o in owned if o.get("cost_usd") is not None]
     start, end = iso(inc.start), iso(inc.end)
+    events = sum(by_kind.values())
+    duration_s = (inc.end - inc.start).total_seconds() if inc.start and inc.end else None
     return _clean({
         "id": inc.id,
         "severity": inc.severity,
         "highest_member_severity": inc.highest,
-        "title": head["title"],
+        "title": grouping.title(head, events, duration_s),
         "summary": head["summary"],
         "primary": inc.primary,
         "detector": head["detector"],
@@ -171,8 +174,8 @@ def incident_dict(inc: grouping.Incident, findings: dict[str, dict]) -> dict:
         "files": inc.sources,
         "start": start,
         "end": end,
-        "duration_s": (inc.end - inc.start).total_seconds() if inc.start and inc.end else None,
-        "events": sum(by_kind.values()),
+        "duration_s": duration_s,
+        "events": events,
         "events_by_kind": dict(sorted(by_kind.items())),
         **{k: sum(int(o.get(k) or 0) for o in owned) for k in _ADDED},
         "cost_usd": round(sum(costs), 6) if costs else None,

@@ -28,6 +28,15 @@ dicts, with what attribution knows of the events they claim), incidents out.
    or more different detectors found the loop.
 5. Id. Derived from the primary finding's id, which is stable across scans (detector,
    participants, where it began): an incident keeps its id while its loop grows.
+6. One place, one time, one incident. Incidents whose primaries share a session (an
+   episode, a room, a conversation) in a file in common, over spans that overlap, are one
+   incident whatever their actors: a repair loop and the runner's repeated error over the same steps
+   of one episode are one story. The one whose primary comes first in attribution's order
+   keeps its primary; the other's findings become its signals.
+7. Words. An incident says what looped without numbers (`phrase`, from its primary
+   finding's participants and details, never its title), then its own numbers: the events
+   its members own (each counted once), over its own span (`title`). A detector's title
+   quotes the piece it measured, which for a storm in pieces is not the storm.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .detect.base import human_duration
 from .vocabulary import Severity
 
 
@@ -278,8 +288,53 @@ def group(items: Iterable[Item], shared: Mapping[tuple[str, str], int] | None = 
             by_name.setdefault(name, set()).add(k)
         for it in run.items:
             by_member[it.id] = k
+    drafts = _same_place(drafts)
     return sorted((_incident(p, s, rules) for p, s in drafts),
                   key=lambda i: (-_sev(i.severity), i.start or dt.datetime.max, i.id))
+
+
+def _sessions(run: Run) -> frozenset[str]:
+    return frozenset().union(*(frozenset(i.key[2]) for i in run.items))
+
+
+def _overlap(a0, a1, b0, b1) -> bool:
+    """Spans that share a moment (a span without times shares none)."""
+    return None not in (a0, a1, b0, b1) and max(a0, b0) <= min(a1, b1)
+
+
+def _same_place(drafts: list[tuple[Run, list[Run]]]) -> list[tuple[Run, list[Run]]]:
+    """Rule 6: drafts (in attribution's order) whose primary runs share a session in a file
+    in common over overlapping spans, joined (transitively) into the first of them. Signals
+    do not join incidents here either: a spike over two copies of a log stays with one."""
+    parent = list(range(len(drafts)))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    spots: dict[str, list[tuple[int, Run]]] = {}  # session → (draft, primary run) naming it
+    for k, (primary, _signals) in enumerate(drafts):
+        for session in _sessions(primary):
+            spots.setdefault(session, []).append((k, primary))
+    for spot in spots.values():
+        for x, (k, a) in enumerate(spot):
+            for m, b in spot[x + 1:]:
+                if root(k) == root(m) or not _overlap(a.start, a.end, b.start, b.end):
+                    continue
+                if a.sources and b.sources and not a.sources & b.sources:
+                    continue
+                lo, hi = sorted((root(k), root(m)))
+                parent[hi] = lo
+    joined: dict[int, tuple[Run, list[Run]]] = {}
+    for k, (primary, signals) in enumerate(drafts):
+        r = root(k)
+        if r == k:
+            joined[k] = (primary, list(signals))
+        else:
+            joined[r][1].extend([primary, *signals])
+    return [(p, sorted(s, key=Run.priority)) for p, s in joined.values()]
 
 
 def _incident(primary: Run, signals: list[Run], rules: Rules) -> Incident:
@@ -303,5 +358,108 @@ def _incident(primary: Run, signals: list[Run], rules: Rules) -> Incident:
         sources=sorted(frozenset().union(*(r.sources for r in every))))
 
 
+# -- words: what looped, without numbers; then the incident's own numbers ---------------------
+
+
+def short(text: object, limit: int = 48) -> str:
+    s = "" if text is None else str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _who(actors: list[str]) -> list[tuple[str, str]]:
+    if not actors:
+        return [("t", "one caller")]
+    if len(actors) == 1:
+        return [("t", "one agent ("), ("code", short(actors[0])), ("t", ")")]
+    if len(actors) == 2:
+        return [("t", "two agents ("), ("code", short(actors[0])), ("t", " and "),
+                ("code", short(actors[1])), ("t", ")")]
+    return [("t", f"{len(actors)} agents")]
+
+
+def _in_session(f: Mapping) -> list[tuple[str, str]]:
+    sessions = f.get("sessions") or []
+    if len(sessions) != 1:
+        return []
+    return [("t", " in "), ("code", short(sessions[0]))]
+
+
+def phrase(f: Mapping, noun: str = "events") -> list[tuple[str, str]]:
+    """Who did what, for a manager, without numbers: `one agent (x) retrying `scroll` on
+    closed session y`, as (style, text) segments (style "t" text, "code" a name from the
+    logs). Read from the finding's participants and details, so it stays true however the
+    loop grows; a detector it does not know is named with its participants."""
+    d = f.get("details") or {}
+    det = f["detector"]
+    actors = list(f.get("actors") or [])
+    if det == "repeated_error":
+        seg = _who(actors) + [("t", " retrying "), ("code", short(d.get("action") or "a call"))]
+        if f.get("sessions"):
+            closed = "closed " if d.get("terminal_signal") else ""
+            seg += [("t", f" on {closed}session "), ("code", short(f["sessions"][0]))]
+        if d.get("error"):
+            seg += [("t", " despite "), ("code", short(d["error"]))]
+        return seg
+    if det == "ping_pong":
+        names = d.get("names") or {}
+        pair = d.get("pair") or actors[:2]
+        shown = [names.get(p, p) for p in pair]
+        room = str(d.get("channel") or "")
+        where = [("t", " in "), ("code", short(room))] if room.startswith("room") else []
+        return _who(shown) + [("t", " answering each other")] + where
+    if det == "trigger_cycle":
+        cycle = d.get("cycle") or actors
+        if cycle:
+            ring = list(cycle) + [cycle[0]]
+            return [("t", "agents triggering each other in a cycle ("),
+                    ("code", short(" → ".join(map(str, ring)), 90)), ("t", ")")]
+        return [("t", "agents triggering each other in a cycle")]
+    if det == "rate_spike":
+        scope, series = d.get("scope"), d.get("series")
+        if scope in ("session", "actor") and series:
+            return [("t", f"a burst of {noun} from {scope} "), ("code", short(series))]
+        return [("t", f"a burst of {noun} across the whole {d.get('format') or ''} log".replace(
+            "  ", " "))]
+    if det == "repair_loop":
+        return _who(actors) + [("t", " re-submitting a proposal the validator kept rejecting")]
+    if det == "repeated_action":
+        same = " with the same arguments" if d.get("args") is not None else ""
+        return (_who(actors) + [("t", " calling "), ("code", short(d.get("action") or "a call")),
+                                ("t", f" again and again{same}")] + _in_session(f))
+    if det == "alternating_action":
+        steps = [str(s.get("action")) for s in d.get("cycle") or [] if isinstance(s, Mapping)]
+        ring = " → ".join([*steps, steps[0]]) if steps else "the same calls"
+        return (_who(actors) + [("t", " going round "), ("code", short(ring, 90))]
+                + _in_session(f))
+    if det == "repeated_message":
+        return _who(actors) + [("t", " repeating the same message")] + _in_session(f)
+    if det == "unusual_actor":
+        unusual = ", ".join(str(u).replace("_", " ") for u in (d.get("unusual_features") or [])[:2])
+        return _who(actors) + [("t", " behaving unlike the rest of the log"
+                                     + (f" ({unusual})" if unusual else ""))]
+    return _who(actors) + [("t", ": " + det.replace("_", " "))] + _in_session(f)
+
+
+def segments(text: str) -> list[tuple[str, str]]:
+    """A text with `code` spans as segments, its code spans kept apart."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        return [("t", text)]
+    return [("code" if i % 2 else "t", p) for i, p in enumerate(parts) if p]
+
+
+def plain(segs: list[tuple[str, str]]) -> str:
+    """Segments as one line of text, names from the logs between backticks."""
+    return "".join(f"`{t}`" if style == "code" else t for style, t in segs)
+
+
+def title(head: Mapping, events: int, duration_s: float | None) -> str:
+    """An incident's title: what looped (its primary finding's `phrase`), then the incident's
+    own event count and span, which every reader compares with its figures."""
+    text = plain(phrase(head))
+    span = f" over {human_duration(duration_s)}" if duration_s is not None else ""
+    return f"{text[:1].upper()}{text[1:]}: {events:,} event{'s' if events != 1 else ''}{span}"
+
+
 __all__ = ["DEFAULT_RULES", "Incident", "Item", "Rules", "Run", "group", "incident_id", "item",
-           "related", "runs"]
+           "phrase", "plain", "related", "runs", "segments", "title"]

@@ -28,6 +28,7 @@ import duckdb
 from .. import db, queries
 from ..attribute import DECIMAL_SUM, UNIT_KINDS_ALL, facts_table
 from ..findings_json import incidents_in
+from ..incidents import phrase
 from ..store import define_message_copies
 from . import fmt
 from .evidence import Evidence, quote
@@ -569,63 +570,6 @@ def _details(details: dict) -> list[tuple[str, str]]:
 
 
 # -- one sentence ----------------------------------------------------------------------------
-
-
-def _who(actors: list[str]) -> list[tuple[str, str]]:
-    if not actors:
-        return [("t", "one caller")]
-    if len(actors) == 1:
-        return [("t", "one agent ("), ("code", fmt.short(actors[0])), ("t", ")")]
-    if len(actors) == 2:
-        return [("t", "two agents ("), ("code", fmt.short(actors[0])), ("t", " and "),
-                ("code", fmt.short(actors[1])), ("t", ")")]
-    return [("t", f"{len(actors)} agents")]
-
-
-def phrase(f: dict, noun: str = "events") -> list[tuple[str, str]]:
-    """Who did what, for a manager: `one agent (x) retrying `scroll` on closed session y`."""
-    d = f.get("details") or {}
-    det = f["detector"]
-    actors = f.get("actors") or []
-    if det == "repeated_error":
-        seg = _who(actors) + [("t", " retrying "), ("code", fmt.short(d.get("action") or "a call"))]
-        if f.get("sessions"):
-            closed = "closed " if d.get("terminal_signal") else ""
-            seg += [("t", f" on {closed}session "), ("code", fmt.short(f["sessions"][0]))]
-        if d.get("error"):
-            seg += [("t", " despite "), ("code", fmt.short(d["error"]))]
-        return seg
-    if det == "ping_pong":
-        names = d.get("names") or {}
-        pair = d.get("pair") or actors[:2]
-        shown = [names.get(p, p) for p in pair]
-        room = str(d.get("channel") or "")
-        where = [("t", " in "), ("code", fmt.short(room))] if room.startswith("room") else []
-        return _who(shown) + [("t", " answering each other")] + where
-    if det == "trigger_cycle":
-        cycle = d.get("cycle") or actors
-        if cycle:
-            ring = list(cycle) + [cycle[0]]
-            return [("t", "agents triggering each other in a cycle ("),
-                    ("code", fmt.short(" → ".join(map(str, ring)), 90)), ("t", ")")]
-        return [("t", "agents triggering each other in a cycle")]
-    if det == "rate_spike":
-        scope, series = d.get("scope"), d.get("series")
-        if scope in ("session", "actor") and series:
-            return [("t", f"a burst of {noun} from {scope} "), ("code", fmt.short(series))]
-        return [("t", f"a burst of {noun} across the whole {d.get('format') or ''} log".replace(
-            "  ", " "))]
-    if det == "repair_loop":
-        return _who(actors) + [("t", " re-submitting a proposal the validator kept rejecting")]
-    return _segments(f.get("title") or det)
-
-
-def _segments(text: str) -> list[tuple[str, str]]:
-    """A detector's title as segments, its `code` spans kept apart."""
-    parts = text.split("`")
-    if len(parts) % 2 == 0:
-        return [("t", text)]
-    return [("code" if i % 2 else "t", p) for i, p in enumerate(parts) if p]
 
 
 def _cost_phrase(fig: Figures) -> str:

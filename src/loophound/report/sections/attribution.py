@@ -39,11 +39,12 @@ def _where(p) -> str:
 
 def render(r: Report, charts: Charts) -> str:
     rows = []
-    titles = Counter(p.incident["title"] for p in r.panels)
+    # loops over one session (a log and its trimmed copy) read alike: each says where, when
+    sessions = Counter(s for p in r.panels for s in set(p.incident.get("sessions") or []))
     for p in r.panels:
         title = fmt.rich(fmt.short(p.incident["title"], 110))
         name = f"{incident_link(p.label)} {title}"
-        if titles[p.incident["title"]] > 1:  # two loops that read alike: where, and when
+        if any(sessions[s] > 1 for s in p.incident.get("sessions") or []):
             name += _where(p)
         seen = list(dict.fromkeys(s["detector"] for s in p.signals))
         if seen:
