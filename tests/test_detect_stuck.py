@@ -165,6 +165,28 @@ def test_healthy_repetition_stays_quiet():
     assert quiet(status_poll) == "undescribed"  # a schedule, not a machine's loop
 
 
+def test_without_logged_results_identical_calls_are_at_most_medium_unless_runaway():
+    """A healthy session scrolled a page 10 times in 11 s: the same call and arguments, but
+    the log holds no result, so "the same answer" was never seen: medium, said why. Rate kept
+    up, length or cost make such a loop a runaway all the same."""
+    p = ra.Params()
+    scroll = _run(count=10, gap_s=11 / 9, cv=0.1, known=False, args='{"dy": 800}', tokens=0)
+    assert ra.judge(scroll, p) is Severity.MEDIUM
+    f = ra.describe(scroll, Severity.MEDIUM, p)
+    assert f.details["severity_note"] == ac.UNSEEN_NOTE and f.details["result_logged"] is False
+    assert "the same answer" not in " ".join(e.note for e in f.evidence)
+    assert ra.judge(_run(count=10, gap_s=11 / 9, cv=0.1, known=True), p) is Severity.HIGH
+    kept_up = _run(count=61, gap_s=1, cv=0.1, known=False, tokens=0)  # 1/s for a minute
+    assert ra.judge(kept_up, p) is Severity.HIGH
+    assert ra.describe(kept_up, Severity.HIGH, p).details["severity_note"] is None
+    assert ra.judge(_run(count=12, gap_s=2, cv=0.1, known=False, tokens=80_000), p) is Severity.HIGH
+    assert ra.judge(_run(count=40, gap_s=20, cv=0.1, known=False), p) is Severity.HIGH  # 13 min
+    # a cycle of calls whose results are not logged: the same rule
+    assert aa.judge(_cycle(count=27, k=3, gap_s=1, known=False, tokens=0), p=aa.Params()) \
+        is Severity.MEDIUM
+    assert aa.judge(_cycle(count=60, gap_s=1, known=False, tokens=0), aa.Params()) is Severity.HIGH
+
+
 def test_repeated_action_describes_the_call_and_claims_its_turns():
     r = _run()
     f = ra.describe(r, Severity.HIGH, ra.Params())

@@ -583,6 +583,16 @@ class LoopParams:
     blind_gap_s: float = param(5.0, "without logged arguments and results, a loop needs its calls "
                                     "this close (median gap) to count: a machine's loop, not a "
                                     "schedule (a status poll every 10 s)")
+    blind_rate_per_s: float = param(0.5, "without logged results (\"the same answer\" unseen), "
+                                         "a loop above medium needs this many calls a second "
+                                         "kept up for blind_sustained_s, or blind_long_s, or "
+                                         "blind_tokens, or its critical count")
+    blind_sustained_s: float = param(60.0, "without logged results: how long blind_rate_per_s "
+                                           "must be kept up (a person scrolls 10 pages in 11 s)")
+    blind_long_s: float = param(600.0, "without logged results: a loop this long is a runaway "
+                                       "at any pace")
+    blind_tokens: int = param(50_000, "without logged results: model tokens over the loop that "
+                                      "make it a runaway")
 
 
 @dataclass(frozen=True)
@@ -595,10 +605,22 @@ class Shape:
     batch_share: float
     tokens: int
     described: bool  # the log states the calls' arguments or results
+    calls: int = 0  # the calls in the loop (size counts rounds for a cycle)
+    results_logged: bool = True  # the log states what the calls returned
 
     @property
     def slow(self) -> float:
         return self.pace.median_ms or 0.0
+
+
+def runaway_unseen(s: Shape, critical: float, p: LoopParams) -> bool:
+    """Whether a loop whose results the log does not hold is a runaway all the same: by its
+    size (`critical`), its cost (tokens), its length, or a machine's rate kept up for a
+    while. Without results "the same answer" was never seen: identical calls may each have
+    got something new (a page scrolled, a status that changed)."""
+    d = s.pace.duration_s
+    return (s.size >= critical or s.tokens >= p.blind_tokens or d >= p.blind_long_s
+            or (d >= p.blind_sustained_s and s.calls / d >= p.blind_rate_per_s))
 
 
 def quiet_reason(s: Shape, high: float, critical: float, p: LoopParams) -> str | None:
@@ -622,16 +644,29 @@ def loop_severity(s: Shape, low: float, high: float, critical: float, p: LoopPar
                   ) -> Severity | None:
     """Medium from `low`, high from `high`, critical from `critical`; a loop that ended with
     another answer only after `critical` is low; a slow one that costs model tokens is at most
-    medium below `critical`."""
+    medium below `critical`; one whose results the log does not hold is at most medium unless
+    `runaway_unseen`."""
     if s.size < low or quiet_reason(s, high, critical, p) is not None:
         return None
     if s.ended_by_change:
         return Severity.LOW
+    if not s.results_logged and not runaway_unseen(s, critical, p):
+        return Severity.MEDIUM
     if s.size >= critical:
         return Severity.CRITICAL
     if s.slow >= p.background_gap_s * 1000:
         return Severity.MEDIUM
     return Severity.HIGH if s.size >= high else Severity.MEDIUM
+
+
+UNSEEN_NOTE = ("at most medium: the log holds no result for these calls, so \"the same "
+               "answer\" was never seen, and neither rate, length nor cost makes it a runaway")
+
+
+def capped_unseen(s: Shape, critical: float, p: LoopParams) -> str | None:
+    """The note a finding carries when `loop_severity` held it at medium for want of
+    results (None when it did not)."""
+    return None if s.results_logged or runaway_unseen(s, critical, p) else UNSEEN_NOTE
 
 
 GUARDS = (

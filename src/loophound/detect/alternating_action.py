@@ -45,6 +45,7 @@ from .actions import (
     Sequences,
     Shape,
     Turns,
+    capped_unseen,
     claim_sql,
     clip,
     cycles,
@@ -119,7 +120,8 @@ class Cycle:
     def shape(self) -> Shape:
         return Shape(self.rounds, self.pace, self.ended_by_change, self.batch_share,
                      self.turns.tokens, described=self.result_known
-                     or any(s.args is not None for s in self.steps))
+                     or any(s.args is not None for s in self.steps),
+                     calls=self.count, results_logged=self.result_known)
 
 
 @dataclass(frozen=True)
@@ -205,8 +207,8 @@ def describe(c: Cycle, severity: Severity, p: Params) -> Finding:
     pattern = " → ".join(names)
     rate = c.count / c.pace.duration_s if c.pace.duration_s > 0 else float(c.count)
     failing = [s for s in c.steps if s.error]
-    title = (f"{c.actor} went round {pattern} {c.rounds:.3g} times ({c.count:,} calls) with the "
-             f"same results{where}")
+    same = "the same results" if c.result_known else "the same calls (results not logged)"
+    title = f"{c.actor} went round {pattern} {c.rounds:.3g} times ({c.count:,} calls) with {same}{where}"
     summary = (
         f"{c.actor} cycled through {c.k} calls{where}, " + "; ".join(_name(s) for s in c.steps)
         + f", {c.rounds:.3g} times ({c.count:,} calls) over {human_duration(c.pace.duration_s)}, "
@@ -239,6 +241,7 @@ def describe(c: Cycle, severity: Severity, p: Params) -> Finding:
             "cycle": [{"action": s.action, "args": clip(s.args, 200), "result": clip(s.result, 200),
                        "error": s.error} for s in c.steps],
             "k": c.k, "rounds": c.rounds, "count": c.count, "result_logged": c.result_known,
+            "severity_note": capped_unseen(c.shape, p.critical_cycles, p),
             "duration_s": c.pace.duration_s, "rate_per_s": rate,
             "median_gap_ms": c.pace.median_ms, "gap_cv": c.pace.cv,
             "ended_by_another_answer": c.ended_by_change,

@@ -51,6 +51,7 @@ from .actions import (
     Sequences,
     Shape,
     Turns,
+    capped_unseen,
     claim_sql,
     clip,
     distinct_share,
@@ -111,7 +112,8 @@ class Run:
     @property
     def shape(self) -> Shape:
         return Shape(self.count, self.pace, self.ended_by_change, self.batch_share,
-                     self.turns.tokens, described=self.result_known or self.args is not None)
+                     self.turns.tokens, described=self.result_known or self.args is not None,
+                     calls=self.count, results_logged=self.result_known)
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,8 @@ def describe(r: Run, severity: Severity, p: Params) -> Finding:
         + ".")
     evidence = [EvidenceLine(*r.first, f"first of {r.count:,} identical calls")]
     if r.second:
-        evidence.append(EvidenceLine(*r.second, "the same call again, the same answer"))
+        evidence.append(EvidenceLine(*r.second, "the same call again, the same answer"
+                                     if r.result_known else "the same call again"))
     return Finding(
         detector="repeated_action",
         key=f"{r.actor}|{r.session}|{r.action_key}|{r.start:%Y-%m-%dT%H:%M:%S.%f}",
@@ -230,6 +233,7 @@ def describe(r: Run, severity: Severity, p: Params) -> Finding:
         details={
             "action": r.action, "args": clip(r.args, 400), "result": clip(r.result, 400),
             "result_logged": r.result_known, "count": r.count,
+            "severity_note": capped_unseen(r.shape, p.critical_count, p),
             "duration_s": r.pace.duration_s, "rate_per_s": rate,
             "median_gap_ms": r.pace.median_ms, "gap_cv": r.pace.cv,
             "ended_by_another_answer": r.ended_by_change,
