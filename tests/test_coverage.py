@@ -53,8 +53,9 @@ def test_a_log_loophound_cannot_interpret_is_inconclusive_not_clean(tmp_path):
     scan = runner.invoke(app, ["scan", "--store", str(tmp_path / "st"),
                                "--json", str(tmp_path / "f.json")])
     assert scan.exit_code == 4, scan.output
-    assert "Inconclusive" in scan.stdout and "not an all-clear" in scan.stdout
-    assert "No findings" not in scan.stdout and "session.jsonl" in scan.stdout
+    assert scan.stdout.startswith("could not judge: 1 of 1 logs could not be judged")
+    assert "no runaway loop in what could be judged" in scan.stdout.splitlines()[0]
+    assert "clean" not in scan.stdout and "session.jsonl" in scan.stdout
     assert "message" in scan.stdout and "--mapping" in scan.stdout
     cov = json.loads((tmp_path / "f.json").read_text())["coverage"]
     assert cov["verdict"] == "inconclusive"
@@ -63,7 +64,14 @@ def test_a_log_loophound_cannot_interpret_is_inconclusive_not_clean(tmp_path):
     assert entry["shares"]["actor"] == 0.0 and "actor or session" in entry["missing"]
     assert "message" in entry["unmapped_keys"]
     never = runner.invoke(app, ["scan", "--store", str(tmp_path / "st"), "--fail-on", "never"])
-    assert never.exit_code == 0 and "Inconclusive" in never.stdout
+    assert never.exit_code == 0 and never.stdout.startswith("could not judge:")
+    # the report leads with the same verdict, never "no runaway loop found"
+    made = runner.invoke(app, ["report", "--store", str(tmp_path / "st"), "--out",
+                               str(tmp_path / "r.html")])
+    assert made.exit_code == 0, made.output
+    html = (tmp_path / "r.html").read_text()
+    assert "<h1>loophound report: could not judge every log</h1>" in html
+    assert "<strong>Could not judge: </strong>" in html and "no runaway loop found" not in html
 
 
 def test_clean_twins_are_clean_and_say_so(tmp_path):
@@ -149,3 +157,39 @@ def test_each_figure_is_counted_over_the_events_that_carry_it(sample_doc):
     assert got == _measured_in_one_pass(con)
     assert any(judged["repair_loop"] for _, _, judged in got.values())
     assert any(judged["depth_violation"] for _, _, judged in got.values())
+
+
+def test_a_log_where_a_detector_found_a_loop_was_judged():
+    """A finding in a log whose actor share is low: the detector judged those events, so the
+    coverage never says "0 of 1 logs could be judged" beside it."""
+    from loophound.coverage import document
+
+    thin = _input(actor=0.1, session=0.1)
+    assert not thin.understood
+    (entry,) = document(1, [thin], [])["inputs"]
+    assert entry["judged"] is False
+    (entry,) = document(1, [thin], [], found_in={"a.log"})["inputs"]
+    assert entry["judged"] is True and entry["missing"] == []
+
+
+def test_the_verdict_line_is_findings_clean_or_could_not_judge_with_the_reason():
+    from loophound.findings_json import verdict as said
+
+    def doc(severities, inputs=(True,), skipped=()):
+        return {"findings": [], "incidents": [{"severity": s} for s in severities],
+                "coverage": {"inputs": [{"judged": j, "missing": [] if j else ["time"]}
+                                        for j in inputs],
+                             "skipped": [{"path": p, "reason": "?"} for p in skipped]}}
+
+    assert said(doc(["critical", "low"])) == (
+        "findings", "1 runaway loop (1 critical); 1 unusual pattern (not runaway loops)")
+    assert said(doc(["low", "low"])) == (
+        "clean", "no runaway loop, and every log read could be judged; 2 unusual patterns "
+                 "(not runaway loops)")
+    assert said(doc([], (True, False))) == (
+        "could not judge", "1 of 2 logs could not be judged (missing time); no runaway loop "
+                           "in what could be judged")
+    assert said(doc([], (), ())) == ("could not judge",
+                                     "no log was read; no runaway loop in what could be judged")
+    assert said(doc(["high"], (False,), ("x.png",)))[1].endswith(
+        "; 1 of 1 logs could not be judged (missing time); 1 file not read")

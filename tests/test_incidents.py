@@ -323,7 +323,8 @@ def test_a_planted_interrupted_storm_is_one_incident_in_the_scan_and_the_cli(tmp
     assert inc["events"] >= 750 and inc["sessions"] == ["dead01"]
     assert f": {inc['events']:,} events over" in inc["title"]  # its own count, not a piece's
     assert len(doc["incidents"]) == 1  # its rate spike and unusual actor are inside it too
-    # the CLI lists the one loop, and the findings only when asked
+    # the CLI lists the one loop, verdict first, and the findings only when asked
+    assert res.stdout.startswith("findings: 1 runaway loop (1 critical)"), res.stdout[:200]
     assert "(interrupted 4×)" in res.output and "1 incident(s)" in res.output
     assert "detector" not in res.output.split("incident(s)")[0]
     listed = runner.invoke(app, ["scan", "--store", str(tmp_path / "st"), "--findings"])

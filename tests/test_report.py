@@ -162,9 +162,9 @@ def test_headline_counts_runaway_loops_and_names_the_costliest(sample):
     text = model.headline_text
     incidents = result.document["incidents"]
     critical = sum(1 for i in incidents if i["severity"] == "critical")
-    assert text.startswith(f"{len(incidents)} runaway loops, {critical} critical: ")
+    assert text.startswith(f"Findings: {len(incidents)} runaway loops ({critical} critical, ")
     assert len(incidents) < len(result.document["findings"])  # loops, not findings, counted
-    assert "$" in text and "runaway loops made" in text
+    assert "$" in text and "Runaway loops made" in text
     main = max(model.panels, key=lambda p: (p.own.cost_usd or 0))
     assert f"({main.label}," in text
     assert fmt.money(main.own.cost_usd) in text
@@ -238,10 +238,12 @@ def test_clean_logs_say_so(tmp_path):
     model = gather(result, WHEN)
     if result.document["findings"]:
         pytest.skip("a detector flags the clean twin: a detector test reports that")
-    assert model.headline_text.startswith("No runaway loop found in this log")
+    assert model.headline_text.startswith("Clean: No runaway loop, and every log read could "
+                                          "be judged.")
+    assert model.title == "loophound report: clean, no runaway loop found"
     assert "$" in model.headline_text  # the hooks log states its costs
     html = render(model)
-    assert "No finding: nothing in these logs looks like a runaway loop" in html
+    assert "No runaway loop: nothing in these logs looks like one" in html
 
 
 def test_burn_rate_and_a_day_of_it(sample):
@@ -596,3 +598,21 @@ def test_a_scan_made_without_a_report_in_mind_reports_the_same(sample_store, sam
     assert "actor" not in has and "event_id" in has
     assert lean.document["findings"] == sample[0].document["findings"]
     assert build(lean, WHEN) == sample[2]
+
+
+def test_low_incidents_are_unusual_never_counted_as_runaway_loops():
+    """Six low unusual-actor windows beside one real loop: the title, the headline and the
+    KPI count one runaway loop; the low ones are listed apart, a line each."""
+    from loophound.report.model import _title, headline
+
+    doc = {"inputs": [{"path": "a.log"}], "findings": [],
+           "coverage": {"inputs": [{"judged": True}], "skipped": []},
+           "incidents": [{"severity": "critical"}] + [{"severity": "low"}] * 6}
+    assert _title(doc) == "loophound incident report: 1 runaway loop"
+    totals = type("T", (), {"events": 10, "duration_s": 60.0, "cost_usd": None,
+                            "unpriced_tokens": 0, "tokens": 0})()
+    text = "".join(t for _, t in headline(doc, [], totals, 100))
+    assert text.startswith("Findings: 1 runaway loop (1 critical); 6 unusual patterns (not "
+                           "runaway loops).")
+    doc["incidents"] = doc["incidents"][1:]
+    assert _title(doc) == "loophound report: clean, no runaway loop found"

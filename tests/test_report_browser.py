@@ -399,10 +399,10 @@ def test_sample_report_renders_offline_without_errors(browser, sample_report):
     assert page["charts"] == page["figures"] > 5
     assert page["svgs"] >= page["charts"]
     assert not page["pwned"]
-    assert "runaway loops made" in page["text"] or "came from" in page["text"]
+    assert "Runaway loops made" in page["text"] or "came from" in page["text"]
     # one panel and one attribution row per runaway loop, and the headline counts them
     assert page["incidents"] == page["rows"] >= 9
-    assert page["headline"].startswith(f"{page['incidents']} runaway loops, ")
+    assert page["headline"].startswith(f"Findings: {page['incidents']} runaway loops (")
     assert "Also seen as:" in page["text"]
 
 

@@ -249,12 +249,14 @@ def scan_cmd(
                             only_list(only), findings_dir, not no_wait, fmt, mapping,
                             spark_master, quiet)
     else:
-        result, _ = scan_store_cmd(paths or [], store, config, set_ or [], prices, cost_per_call,
-                                   quiet=quiet, wait=not no_wait, save_to=findings_dir, fmt=fmt,
-                                   mapping=mapping, only=only_list(only))
+        result, ingested = scan_store_cmd(paths or [], store, config, set_ or [], prices,
+                                          cost_per_call, quiet=quiet, wait=not no_wait,
+                                          save_to=findings_dir, fmt=fmt, mapping=mapping,
+                                          only=only_list(only), show_ingest=False)
     write_json(result.document, json_out)
     if json_out is None or str(json_out) != "-":
-        print_summary(result.document, findings=list_findings)
+        print_summary(result.document, findings=list_findings,
+                      ingested=None if spark else ingested, store=store)
     raise typer.Exit(exit_status(result.document, fail_on))
 
 

@@ -190,15 +190,22 @@ def verdict(findings: int, inputs: list[InputCoverage], skipped: list[dict]) -> 
 MAPPING_NAMES = {"time": "time", "actor or session": "actor / session"}
 
 
-def document(findings: int, inputs: list[InputCoverage], skipped: list[dict]) -> dict:
-    """The `coverage` object of the findings document."""
+def document(findings: int, inputs: list[InputCoverage], skipped: list[dict],
+             found_in: frozenset[str] | set[str] = frozenset()) -> dict:
+    """The `coverage` object of the findings document. `found_in`: the inputs (paths) some
+    finding's events are in: a detector that found a loop there judged those events,
+    whatever share of the log carries an actor."""
     judged = {name: sum(i.judged_by.get(name, 0) for i in inputs) for name in DETECTORS}
+
+    def ok(i: InputCoverage) -> bool:
+        return i.understood or i.path in found_in
+
     return {
         "verdict": verdict(findings, inputs, skipped).value,
         "inputs": [{
             "path": i.path, "format": i.format, "events": i.events, "shares": i.shares,
-            "judged": i.understood, "context_only": i.context_only,
-            "missing": [] if i.understood else i.missing(),
+            "judged": ok(i), "context_only": i.context_only,
+            "missing": [] if ok(i) else i.missing(),
             "unmapped_keys": i.keys,
         } for i in sorted(inputs, key=lambda i: i.path)],
         "detectors": [{

@@ -193,6 +193,55 @@ def incidents_in(doc: dict) -> list[dict]:
     return incidents_of(doc["findings"])
 
 
+def runaway(incident: dict) -> bool:
+    """Whether an incident is a runaway loop. A low one is an unusual pattern (an actor unlike
+    the rest, a loop that ended with another answer): listed apart, never counted as a loop."""
+    return incident["severity"] != Severity.LOW.value
+
+
+COULD_NOT_JUDGE = "could not judge"
+
+
+def verdict(doc: dict) -> tuple[str, str]:
+    """What a scan says first, in the CLI and the report alike: (`findings`, `clean` or
+    `could not judge`, the sentence that goes with it). A runaway loop found is a finding
+    whatever else could not be judged (which is said too); no runaway loop is `clean` only
+    when every log read could be judged and none was skipped."""
+    incidents = incidents_in(doc)
+    loops = [i for i in incidents if runaway(i)]
+    unusual = len(incidents) - len(loops)
+    aside = (f"; {unusual:,} unusual pattern{'s' if unusual != 1 else ''} (not runaway loops)"
+             if unusual else "")
+    blind = unjudged_reason(doc.get("coverage"))
+    if loops:
+        sev = ", ".join(f"{n} {s.value}" for s in reversed(Severity)
+                        if (n := sum(1 for i in loops if i["severity"] == s.value)))
+        return ("findings", f"{len(loops):,} runaway loop{'s' if len(loops) != 1 else ''} "
+                            f"({sev}){aside}" + (f"; {blind}" if blind else ""))
+    if blind:
+        return (COULD_NOT_JUDGE, f"{blind}; no runaway loop in what could be judged{aside}")
+    return ("clean", f"no runaway loop, and every log read could be judged{aside}")
+
+
+def unjudged_reason(coverage: dict | None) -> str | None:
+    """Why some of a full scan's logs could not be judged, in a phrase (None: all could; a
+    scheduled scan's window states no coverage)."""
+    if not coverage:
+        return None
+    inputs, skipped = coverage.get("inputs") or [], coverage.get("skipped") or []
+    if not inputs and not skipped:
+        return "no log was read"
+    parts = []
+    blind = [i for i in inputs if not i["judged"]]
+    if blind:
+        missing = sorted({m for i in blind for m in i.get("missing") or []})
+        parts.append(f"{len(blind):,} of {len(inputs):,} logs could not be judged"
+                     + (f" (missing {'; '.join(missing)})" if missing else ""))
+    if skipped:
+        parts.append(f"{len(skipped):,} file{'s' if len(skipped) != 1 else ''} not read")
+    return "; ".join(parts) or None
+
+
 def incident_sort_key(d: dict) -> tuple:
     return (SEVERITY_ORDER.get(d["severity"], 9), d["start"] or "", d["id"])
 

@@ -111,9 +111,12 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
     attributed, totals = attribute(con, findings, costs, for_report=for_report and since is None,
                                    continuing=goes_on, keep_facts=save)
     doc = findings_json.document(inputs_of(con), totals, attributed, method(params, costs))
+    claimed_in, shared = claim_overlaps(con)
     if since is None:  # what could be judged: a full scan's verdict (a window's is partial)
+        found_in = {p for files in claimed_in.values() for p in files} | {
+            e["file"] for f in doc["findings"] for e in f["evidence"]}
         doc["coverage"] = coverage.document(len(findings), measured[0],
-                                            coverage.skipped_logs(con))
+                                            coverage.skipped_logs(con), found_in)
     if since is not None:
         for i, prev_id in goes_on.items():  # its events are claimed under the id it goes on
             con.execute("UPDATE _findx SET finding_id = ? WHERE fidx = ?", [prev_id, i])
@@ -122,7 +125,7 @@ def scan_store(store: Store, config_file: Path | None = None, overrides: list[st
         doc["method"]["incremental"]["detectors_run"] = sorted(only or DETECTORS)
     ids = [goes_on.get(i, a.finding.id) if goes_on else a.finding.id
            for i, a in enumerate(attributed)]  # a finding that goes on keeps its earlier id
-    doc["incidents"] = group_incidents(doc, *claim_overlaps(con), ids,
+    doc["incidents"] = group_incidents(doc, claimed_in, shared, ids,
                                        before_doc if since is not None else None)
     tracked = track(doc, before_doc, alert_on)
     result = ScanResult(doc, attributed, totals, con, tracked)

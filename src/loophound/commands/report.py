@@ -48,7 +48,6 @@ def register(app: typer.Typer) -> None:
         fail,
         load_mapping_file,
         out,
-        print_ingest_report,
         print_summary,
         shown,
         user_errors,
@@ -72,8 +71,8 @@ def register(app: typer.Typer) -> None:
             yield
         err.print(f"[dim]{text}: {time.perf_counter() - t0:.1f} s[/]", highlight=False)
 
-    def reported(made, list_findings: bool) -> None:
-        print_summary(made.document, findings=list_findings)
+    def reported(made, list_findings: bool, ingested=None, store=None) -> None:
+        print_summary(made.document, findings=list_findings, ingested=ingested, store=store)
         out.print(f"report: {shown(made.path)} ({made.bytes / 1e6:.1f} MB); open it in any browser, "
                   "offline", highlight=False)
 
@@ -152,14 +151,13 @@ def register(app: typer.Typer) -> None:
                  "holds them")
         _when(generated_at)
 
-        def show(report) -> None:
-            print_ingest_report(report, store if store is not None else Path("(temporary store)"))
+        read = []  # what ingest read, printed after the verdict
 
         with user_errors():
             done = api.investigate(paths or [], out_file, store=store,
                                    generated_at=_when(generated_at), config=config,
                                    settings=set_ or [], prices=prices,
-                                   cost_per_call=cost_per_call, on_ingest=show,
+                                   cost_per_call=cost_per_call, on_ingest=read.append,
                                    step=lambda text: step(text, spinner=text != "reading the logs"),
                                    format=fmt, mapping=load_mapping_file(mapping),
                                    spec=spec, presets=preset or [], sweep=sweep)
@@ -170,5 +168,6 @@ def register(app: typer.Typer) -> None:
             print_guards(done.guards)
             if done.guards.get("sweep"):
                 print_sweep(done.guards["sweep"])
-        reported(done.report, list_findings)
+        reported(done.report, list_findings, read[0] if read else None,
+                 store if store is not None else Path("(temporary store)"))
         raise typer.Exit(exit_status(done.report.document, fail_on))

@@ -168,8 +168,10 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
           prices: Path | None = None, cost_per_call: float | None = None, quiet: bool = False,
           incremental: bool = False, wait: bool = True, alert_on: str = "high",
           lookback_s: float = 3600.0, save_to: Path | None = None, fmt: str | None = None,
-          mapping: Path | None = None, only: list[str] | None = None):
-    """`api.scan`, printing what ingest read (unless `quiet`); errors become messages.
+          mapping: Path | None = None, only: list[str] | None = None,
+          show_ingest: bool = True):
+    """`api.scan`, printing what ingest read (unless `quiet`, or `show_ingest` is False: the
+    caller prints it after the verdict); errors become messages.
     Returns (ScanResult or None, IngestReport or None): None when `incremental` and nothing
     new arrived since the last scan."""
     from .. import api
@@ -182,7 +184,7 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
 
     def on_ingest(report: IngestReport) -> None:
         ingested.append(report)
-        if not quiet:
+        if not quiet and show_ingest:
             print_ingest_report(report, store)
 
     with user_errors():
@@ -252,9 +254,20 @@ NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Exit at once (status
 SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
 
 
-def print_summary(doc: dict, findings: bool = False) -> None:
-    """What a scan found: its incidents (one per loop) first, then, with `findings`, every
-    finding behind them."""
+VERDICT_STYLE = {"findings": "bold red", "clean": "bold green", "could not judge": "bold yellow"}
+
+
+def print_summary(doc: dict, findings: bool = False, ingested: IngestReport | None = None,
+                  store: Path | None = None) -> None:
+    """What a scan found, verdict first (`findings_json.verdict`, the report's first words
+    too); then what ingest read (`ingested`), its incidents (one per loop), and with
+    `findings` every finding behind them."""
+    from ..findings_json import verdict
+
+    word, said = verdict(doc)
+    out.print(f"[{VERDICT_STYLE[word]}]{word}:[/] {shown(said)}", highlight=False)
+    if ingested is not None:
+        print_ingest_report(ingested, store or Path(DEFAULT_STORE))
     if doc["findings"]:
         print_incidents(doc, hint=not findings)
     if findings or not doc["findings"]:
@@ -289,15 +302,16 @@ def _whole_log(doc: dict) -> str:
 def print_incidents(doc: dict, hint: bool = True) -> None:
     """The incidents as a table, one row per loop, with the detectors that saw it; titles
     name actors and targets from the logs, shown inert."""
-    from ..findings_json import incidents_in
+    from ..findings_json import incidents_in, runaway
 
     incidents = incidents_in(doc)
     rows = []
-    for inc in incidents:
+    for inc in sorted(incidents, key=lambda i: not runaway(i)):  # unusual ones last
         seen = ", ".join(dict.fromkeys(s["detector"] for s in inc["signals"])) or "-"
         broken = (f" (interrupted {inc['interruptions']:,}×)" if inc.get("interruptions")
                   else "")
-        rows.append(_loop_row(inc, shown(inc["title"]) + broken, shown(seen)))
+        tag = "" if runaway(inc) else "unusual, not a runaway loop: "
+        rows.append(_loop_row(inc, tag + shown(inc["title"]) + broken, shown(seen)))
     _loops_table(("severity", "incident", "also seen as", "events", "from", "to", "cost"), rows)
     sev = ", ".join(f"{n} {s}" for s in reversed(SEVERITIES)
                     if (n := sum(1 for i in incidents if i["severity"] == s)))
@@ -409,16 +423,10 @@ INCONCLUSIVE_EXIT = 4
 
 
 def print_verdict(doc: dict) -> None:
-    """No finding: say whether that is an all-clear or only what could not be judged, naming
-    the logs, the missing fields, the keys a mapping could use, and the skipped files."""
-    cov = doc.get("coverage") or {}
-    if cov.get("verdict") != Verdict.INCONCLUSIVE:
-        out.print("No findings: every log read could be judged, and nothing in them looks like "
-                  "a runaway loop.", highlight=False)
-        return
-    out.print("[bold yellow]Inconclusive:[/] no finding, but not every log could be judged; "
-              "this is not an all-clear.", highlight=False)
-    print_unjudged(cov)
+    """No finding (the verdict line above said clean or could not judge): what could not be
+    judged, naming the logs, the missing fields, the keys a mapping could use, and the
+    skipped files."""
+    print_unjudged(doc.get("coverage") or {})
 
 
 def print_unjudged(cov: dict) -> None:

@@ -27,7 +27,7 @@ import duckdb
 
 from .. import db, queries
 from ..attribute import DECIMAL_SUM, UNIT_KINDS_ALL, facts_table
-from ..findings_json import incidents_in
+from ..findings_json import COULD_NOT_JUDGE, incidents_in, runaway, verdict
 from ..incidents import phrase
 from ..store import define_message_copies
 from . import fmt
@@ -269,7 +269,7 @@ def gather(result: Any, generated_at: dt.datetime | str | None = None) -> Report
     talkers, actors_total = _talkers(con, labels, total_events, t["bytes"])
     cost_notes = _cost_notes(con, doc)
     report = Report(
-        title=_title(incidents),
+        title=_title(doc),
         tool_version=doc["tool_version"],
         generated_at=generation_time(generated_at),
         headline=headline(doc, panels, totals, log_bytes),
@@ -579,33 +579,36 @@ def _cost_phrase(fig: Figures) -> str:
     return f"estimated cost {fmt.money(fig.cost_usd)}{extra}"
 
 
+VERDICT_WORDS = {"findings": "Findings", "clean": "Clean", COULD_NOT_JUDGE: "Could not judge"}
+
+
 def headline(doc: dict, panels: list[Panel], totals: Figures, log_bytes: int
              ) -> list[tuple[str, str]]:
-    """The sentence at the top of the report: the loops, counted as incidents."""
+    """The sentence at the top of the report, verdict first (the CLI's words): the runaway
+    loops, counted as incidents; a low incident is unusual, never a loop counted here."""
+    word, said = verdict(doc)
+    lead = [("b", f"{VERDICT_WORDS[word]}: "), ("t", said[:1].upper() + said[1:] + ". ")]
     what = "this log" if len(doc["inputs"]) == 1 else "these logs"
+    panels = [p for p in panels if runaway(p.incident)]
     if not panels:
-        return [("t", f"No runaway loop found in {what}: {totals.events:,} events over "
-                      f"{fmt.duration(totals.duration_s)}; "
-                      f"{_cost_phrase(totals)} for all of it.")]
+        return lead + [("t", f"{totals.events:,} events over {fmt.duration(totals.duration_s)}; "
+                             f"{_cost_phrase(totals)} for all of it.")]
     main = max(panels, key=_importance)
     span = f"{main.own.events:,} {main.noun} over {fmt.duration(main.own.duration_s)}"
     owned_bytes = sum(p.own.bytes for p in panels)
     if len(panels) == 1 or main.own.bytes >= 0.9 * owned_bytes:
         # one loop explains (nearly) everything the incidents hold: say it the plain way
-        return ([("b", fmt.pct(main.own.bytes_share)), ("t", f" of {what} ({span}) came from ")]
-                + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
+        return lead + ([("b", fmt.pct(main.own.bytes_share)),
+                        ("t", f" of {what} ({span}) came from ")]
+                       + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
     owned_events = sum(p.own.events for p in panels)
     costs = [p.own.cost_usd for p in panels if p.own.cost_usd is not None]
     together = f", an estimated {fmt.money(sum(costs))}" if costs else ""
-    sev = _severity_counts([p.incident for p in panels])
-    worst = f", {sev[0][1]} {sev[0][0]}" if sev else ""
-    loops = f"{len(panels)} runaway loop{'s' if len(panels) != 1 else ''}"
-    return ([("b", f"{loops}{worst}"),
-             ("t", f": runaway loops made {fmt.pct(log_bytes and owned_bytes / log_bytes)} of {what} "
-                   f"({owned_events:,} of {totals.events:,} events{together}). "
-                   f"The {'costliest' if main.own.cost_usd else 'largest'} ({main.label}, "
-                   f"{span}) came from ")]
-            + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
+    return lead + ([("t", f"Runaway loops made {fmt.pct(log_bytes and owned_bytes / log_bytes)} "
+                          f"of {what} ({owned_events:,} of {totals.events:,} events{together}). "
+                          f"The {'costliest' if main.own.cost_usd else 'largest'} ({main.label}, "
+                          f"{span}) came from ")]
+                   + main.phrase + [("t", f"; {_cost_phrase(main.own)}.")])
 
 
 def _importance(p: Panel) -> tuple:
@@ -614,11 +617,14 @@ def _importance(p: Panel) -> tuple:
     return (p.own.cost_usd or 0.0, p.own.bytes, sev, p.own.events, p.label)
 
 
-def _title(incidents: list[dict]) -> str:
-    if not incidents:
-        return "loophound report: no runaway loop found"
-    n = len(incidents)
-    return f"loophound incident report: {n} runaway loop{'s' if n > 1 else ''}"
+def _title(doc: dict) -> str:
+    word, _ = verdict(doc)
+    n = sum(1 for i in incidents_in(doc) if runaway(i))
+    if word == "findings":
+        return f"loophound incident report: {n} runaway loop{'s' if n > 1 else ''}"
+    if word == COULD_NOT_JUDGE:
+        return "loophound report: could not judge every log"
+    return "loophound report: clean, no runaway loop found"
 
 
 def _kpis(r: Report) -> list[tuple[str, str, str]]:
@@ -628,11 +634,15 @@ def _kpis(r: Report) -> list[tuple[str, str, str]]:
         owned_cost.append(r.rest.cost_usd)
     findings = r.document["findings"]
     detectors = len({f["detector"] for f in findings})
+    loops = [i for i in r.incidents if runaway(i)]
+    unusual = len(r.incidents) - len(loops)
     out = [
-        ("Runaway loops", f"{len(r.incidents):,}",
-         ", ".join(f"{n} {s}" for s, n in _severity_counts(r.incidents))
+        ("Runaway loops", f"{len(loops):,}",
+         ", ".join(f"{n} {s}" for s, n in _severity_counts(loops))
          + (f" (from {len(findings):,} findings by {detectors} detector"
-            f"{'s' if detectors != 1 else ''})" if findings else "")),
+            f"{'s' if detectors != 1 else ''})" if findings else "")
+         + (f"; {unusual:,} unusual pattern{'s' if unusual != 1 else ''} apart" if unusual
+            else "")),
         ("Events in the log", f"{t.events:,}",
          f"{t.lines:,} lines, {fmt.size(r.log_bytes)} over {fmt.duration(t.duration_s)}"
          if r.time_ranges <= 1 else

@@ -5,18 +5,20 @@ that were not read at all."""
 
 from __future__ import annotations
 
+from ...findings_json import COULD_NOT_JUDGE, verdict
 from .. import fmt
 from ..html import Charts
 from ..model import Report
 from ._util import section, table
 
-VERDICTS = {
-    "findings": "Loops were found (below). What each log allowed to judge:",
-    "clean": "No loop was found, and every log read could be judged: an all-clear these logs "
-             "back.",
-    "inconclusive": "No loop was found, but <strong>not every log could be judged</strong>: "
-                    "this is not an all-clear. The logs below lack the fields the detectors "
-                    "read; a mapping file naming them (<code>--mapping</code>) would fill them.",
+VERDICTS = {  # by findings_json.verdict's word: the one the headline and the CLI lead with
+    "findings": "Runaway loops were found (below). What each log allowed to judge:",
+    "clean": "No runaway loop was found, and every log read could be judged: an all-clear "
+             "these logs back.",
+    COULD_NOT_JUDGE: "No runaway loop was found, but <strong>not every log could be "
+                     "judged</strong>: this is not an all-clear. The logs below lack the fields "
+                     "the detectors read; a mapping file naming them (<code>--mapping</code>) "
+                     "would fill them. A log where a detector found something was judged.",
 }
 SHOWN = ("time", "actor", "session", "outcome", "action", "arguments")
 
@@ -67,5 +69,4 @@ def render(r: Report, charts: Charts) -> str:
                  "share of their events carrying each field</summary>"
                  f"{table(headers, fine, 'coverage')}</details>")
     body += note
-    return section("coverage", "What could be judged", body,
-                   VERDICTS.get(cov["verdict"], fmt.esc(cov["verdict"])))
+    return section("coverage", "What could be judged", body, VERDICTS[verdict(r.document)[0]])

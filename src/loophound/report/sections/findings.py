@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...findings_json import runaway
 from .. import charts as ch
 from .. import fmt, pictures
 from ..html import Charts
@@ -167,16 +168,34 @@ def panel(p: Panel, charts: Charts) -> str:
 """
 
 
+def _unusual(panels: list[Panel]) -> str:
+    """Low incidents: unusual patterns, not runaway loops, a line each (a panel each took
+    half the page of a 235 MB log's report for six healthy sessions)."""
+    if not panels:
+        return ""
+    rows = "".join(
+        f'<li id="incident-{fmt.esc(p.label)}"><span class="label">{fmt.esc(p.label)}</span> '
+        f"{fmt.rich(p.incident['title'])} <span class=\"hint\">"
+        f"({fmt.esc(', '.join(p.incident['detectors']))}; {fmt.esc(fmt.when(p.incident['start']))})"
+        "</span></li>" for p in panels)
+    return ('<h3 id="unusual">Unusual, not runaway loops</h3><p class="note">Low findings: '
+            "patterns unlike the rest of the log, or loops that ended with another answer. "
+            "Worth a look; not counted as runaway loops.</p>"
+            f'<ul class="unusual">{rows}</ul>')
+
+
 def render(r: Report, charts: Charts) -> str:
-    if not r.panels:
+    loops = [p for p in r.panels if runaway(p.incident)]
+    unusual = _unusual([p for p in r.panels if not runaway(p.incident)])
+    if not loops:
         return section("incidents", "Runaway loops",
-                       "<p>No finding: nothing in these logs looks like a runaway loop with the "
-                       "parameters below.</p>")
-    body = "".join(panel(p, charts) for p in r.panels)
+                       "<p>No runaway loop: nothing in these logs looks like one with the "
+                       "parameters below.</p>" + unusual)
+    body = "".join(panel(p, charts) for p in loops)
     if r.panels_omitted:
-        body += (f'<p class="note">{r.panels_omitted} more runaway loops are not shown here; '
+        body += (f'<p class="note">{r.panels_omitted} more incidents are not shown here; '
                  "they are in the findings JSON (<code>loophound scan --json</code>).</p>")
-    return section("incidents", "Runaway loops", body,
+    return section("incidents", "Runaway loops", body + unusual,
                    "One panel per loop, most severe first. A loop is often seen by several "
                    "detectors: the most specific one tells its story, the others are listed as "
                    "“also seen as”. Each line of evidence is quoted from the input file at the "
