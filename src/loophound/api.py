@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, StoreMissing
+from .errors import ConfigError, no_store
 from .ingest import IngestOptions, IngestReport
 from .ingest import ingest as _ingest
 from .outputs import check_output
@@ -49,8 +49,7 @@ def _store(store: PathLike | Store) -> Store:
 def _existing(store: PathLike | Store) -> Store:
     s = _store(store)
     if not s.exists():
-        raise StoreMissing(f"no loophound store at {s.root}: run `loophound ingest PATH "
-                           f"--store {s.root}` first")
+        raise no_store(s.root)
     return s
 
 
@@ -146,16 +145,22 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
          incremental: bool = False, alert_on: str = "high",
          lookback: dt.timedelta = dt.timedelta(hours=1), format: str | None = None,  # noqa: A002
          mapping: dict | None = None, only: Sequence[str] | None = None,
-         for_report: bool = False) -> ScanResult | None:
+         for_report: bool = False, step: Callable[[str], Any] | None = None,
+         on_progress: Callable[[int, int], None] | None = None) -> ScanResult | None:
     """Ingest `paths` (if any), then detect and attribute, and save the run: in the store,
     or, for a store that may not be written, in `save_to` (default a new temporary folder;
     `result.saved_in` says where). A store being written by another process is waited for.
 
     `incremental` (scheduled scans): read new bytes only and detect over the recent window;
     returns None when nothing arrived since the last scan. `only`: these detectors only.
-    `for_report`: the result's connection will make a report (`scan_store`)."""
+    `for_report`: the result's connection will make a report (`scan_store`). `step(name)`:
+    a context manager around each phase (reading the logs, detecting), for progress;
+    `on_progress(done, total)`: bytes read so far."""
+    from contextlib import nullcontext
+
     from .scan import scan_store
 
+    step = step or (lambda _text: nullcontext())
     only = _detector_names(only)
     check_settings(config, settings)
     s = _store(store)
@@ -165,21 +170,34 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
     config_path = Path(config) if config else None
     if not paths and not incremental and (s.read_only or save_to is not None or not save):
         # nothing to write in the store: no lock, so a copy or a busy store can be scanned
-        return scan_store(_existing(s), config_path, list(settings), costs, only=only,
-                          save=save, save_to=Path(save_to) if save_to else None,
-                          for_report=for_report)
+        existing = _existing(s)
+        with step(DETECTING):
+            return scan_store(existing, config_path, list(settings), costs, only=only,
+                              save=save, save_to=Path(save_to) if save_to else None,
+                              for_report=for_report)
+    if not paths:
+        _existing(s)  # a scan of no logs in a folder with no store creates none
     with s.writing(wait=wait, on_wait=on_wait, hold_catalog=incremental):
         if paths:
-            report = ingest(paths, s, format=format, mapping=mapping, wait=wait,
-                            on_wait=on_wait)
+            with step(READING):
+                report = ingest(paths, s, format=format, mapping=mapping, wait=wait,
+                                on_progress=on_progress, on_wait=on_wait)
             if on_ingest:
                 on_ingest(report)
         s = _existing(s)
         if incremental and not s.has_unseen_batches():  # none since the last scan
             return None
-        return scan_store(s, config_path, list(settings), costs, only=only, alert_on=alert_on,
-                          lookback=lookback if incremental else None, save=save,
-                          save_to=Path(save_to) if save_to else None, for_report=for_report)
+        with step(DETECTING):
+            return scan_store(s, config_path, list(settings), costs, only=only,
+                              alert_on=alert_on, lookback=lookback if incremental else None,
+                              save=save, save_to=Path(save_to) if save_to else None,
+                              for_report=for_report)
+
+
+# the phases a long command names on a terminal (`step`)
+READING = "reading the logs"
+DETECTING = "detecting loops and attributing cost"
+REPORTING = "writing the report"
 
 
 MAX_INT_SETTING = 2**31 - 1  # what a DuckDB INTEGER, which queries bind them as, holds
@@ -311,7 +329,8 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 on_ingest: Callable[[IngestReport], None] | None = None,
                 step: Callable[[str], Any] | None = None, format: str | None = None,  # noqa: A002
                 mapping: dict | None = None, spec: PathLike | None = None,
-                presets: Sequence[str] = (), sweep: str | None = None) -> Investigation:
+                presets: Sequence[str] = (), sweep: str | None = None,
+                on_progress: Callable[[int, int], None] | None = None) -> Investigation:
     """Ingest, scan and report in one go. Without `store`, a temporary store holds exactly
     `paths` and is removed at the end, and the run is kept in memory only (the guards
     document's `log.run` is then null): saving it there was written to be deleted unread
@@ -337,11 +356,12 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
     try:
         ingested = None
         if paths:
-            with step("reading the logs"):
-                ingested = ingest(paths, store, format=format, mapping=mapping)
+            with step(READING):
+                ingested = ingest(paths, store, format=format, mapping=mapping,
+                                  on_progress=on_progress)
             if on_ingest:
                 on_ingest(ingested)
-        with step("detecting loops and attributing cost"):
+        with step(DETECTING):
             result = scan(store, config=config, settings=settings, prices=prices,
                           cost_per_call=cost_per_call, for_report=True, save=tmp is None)
         replayed = None
@@ -350,7 +370,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 # the run saved in the store kept, or in the folder beside a read-only one
                 saved = load_run(Store(store), result.saved_in) if tmp is None else None
                 replayed = _replay(result, plan, saved.number if saved else None)
-        with step("writing the report"):
+        with step(REPORTING):
             ready.join()
             size = write(build(result, generated_at, guards=replayed), Path(out))
         where = result.saved_in or Store(store).root

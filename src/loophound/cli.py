@@ -34,6 +34,7 @@ from .commands.shell import (
     MappingOpt,
     NoWaitOpt,
     PricesOpt,
+    QuietOpt,
     SetOpt,
     StoreOpt,
     WebhookOpt,
@@ -104,6 +105,7 @@ def ingest_cmd(
                                           "process is writing to the store.")] = False,
     engine: EngineOpt = "duckdb",
     spark_master: SparkMasterOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Read logs into the store: Parquet events plus a DuckDB catalog.
 
@@ -113,7 +115,8 @@ def ingest_cmd(
         report = spark_ingest(paths, store, fmt, mapping, max_line_bytes, not no_wait,
                               spark_master)
     else:
-        report = run_ingest(paths, store, fmt, mapping, max_line_bytes, wait=not no_wait)
+        report = run_ingest(paths, store, fmt, mapping, max_line_bytes, wait=not no_wait,
+                            quiet=quiet)
     print_ingest_report(report, store)
 
 
@@ -210,6 +213,7 @@ def scan_cmd(
     only: OnlyOpt = None,
     engine: EngineOpt = "duckdb",
     spark_master: SparkMasterOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run every detector over the store (ingesting PATHs first) and keep the findings.
 
@@ -237,20 +241,21 @@ def scan_cmd(
             fail(str(exc).replace("--every", "--lookback"))
         raise typer.Exit(incremental_scan(paths or [], store, fail_on, alerts, webhook, alert_on,
                                           not no_wait, config, set_ or [], prices, cost_per_call,
-                                          json_out, lookback_s))
+                                          json_out, lookback_s, quiet))
     if incremental and findings_dir is not None:
         fail("--findings-dir goes with a full scan: a scheduled scan keeps its findings in "
              "its store")
-    quiet = json_out is not None and str(json_out) == "-"
+    to_stdout = json_out is not None and str(json_out) == "-"
     refuse_evidence(store, paths, {"--json": json_out, "--alerts": alerts,
                                    "--findings-dir": findings_dir})
     if spark:
         result = spark_scan(paths or [], store, config, set_ or [], prices, cost_per_call,
                             only_list(only), findings_dir, not no_wait, fmt, mapping,
-                            spark_master, quiet)
+                            spark_master, quiet or to_stdout)
     else:
         result, ingested = scan_store_cmd(paths or [], store, config, set_ or [], prices,
-                                          cost_per_call, quiet=quiet, wait=not no_wait,
+                                          cost_per_call, quiet=quiet or to_stdout,
+                                          wait=not no_wait,
                                           save_to=findings_dir, fmt=fmt, mapping=mapping,
                                           only=only_list(only), show_ingest=False)
     write_json(result.document, json_out)

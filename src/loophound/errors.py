@@ -52,6 +52,14 @@ class StoreMissing(StoreError):
     """No store at the path given."""
 
 
+def no_store(root: object) -> StoreMissing:
+    """The one way every command and the library say there is no store at `root`, and what
+    makes one."""
+    return StoreMissing(f"no loophound store at {root}: make one with `loophound scan PATH "
+                        f"--store {root}` (or `loophound ingest PATH --store {root}`), or point "
+                        "--store at a store or a folder of its Parquet files")
+
+
 class StoreBusy(StoreError):
     """Another process holds the store's write lock (and the user asked not to wait)."""
 

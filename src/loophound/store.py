@@ -28,7 +28,7 @@ from typing import Any
 import duckdb
 
 from . import db
-from .errors import StoreBusy, StoreError, StoreMissing, StoreReadOnly
+from .errors import StoreBusy, StoreError, StoreReadOnly, no_store
 from .schema import COLUMNS, QUARANTINE_COLUMNS, Column, create_table_sql
 
 DEFAULT_STORE = ".loophound"
@@ -334,10 +334,7 @@ class Store:
         `isolated`: a database of its own, whose settings the caller may lock (the `sql`
         sandbox); otherwise a cursor on the process's shared one, which is 30 ms cheaper."""
         if not self.exists():
-            raise StoreMissing(
-                f"no loophound store at {self.root}: run `loophound ingest PATH --store "
-                f"{self.root}` first"
-            )
+            raise no_store(self.root)
         if not isolated:
             con = db.scratch()
             define_views(con, self, since)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import ConfigError, StoreMissing
+from ..errors import ConfigError, no_store
 from ..store import Store
 from .shell import err, load_mapping_file, print_ingest_report, user_errors
 
@@ -82,8 +82,7 @@ def spark_scan(paths: list[str], store: Path, config: Path | None, set_: list[st
                 print_ingest_report(report, store)
         evidence = Store(store)
         if not evidence.exists():
-            raise StoreMissing(f"no loophound store at {store}: run `loophound ingest PATH "
-                               f"--store {store}` first")
+            raise no_store(store)
         result = scan_on_spark(spark, evidence, config, set_ or [], costs, only, save_to)
     if result.saved_in is not None and not quiet:
         err.print(f"findings saved in {result.saved_in}", highlight=False)

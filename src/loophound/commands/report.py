@@ -9,8 +9,6 @@ holds the logs.
 # defined inside register() at definition time, and they are local names there.
 
 import datetime as dt
-import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +38,9 @@ def register(app: typer.Typer) -> None:
         FindingsListOpt,
         FormatOpt,
         MappingOpt,
+        Phases,
         PricesOpt,
+        QuietOpt,
         SetOpt,
         StoreOpt,
         err,
@@ -60,17 +60,6 @@ def register(app: typer.Typer) -> None:
         "--generated-at", help="Generation time to print in the report (ISO-8601), for "
                                "reproducible files; default SOURCE_DATE_EPOCH, else now.")]
 
-    @contextmanager
-    def step(text: str, spinner: bool = True):
-        """One stage of the work: a spinner on a terminal, then a line with its time."""
-        t0 = time.perf_counter()
-        if err.is_terminal and spinner:
-            with err.status(text + " …"):
-                yield
-        else:
-            yield
-        err.print(f"[dim]{text}: {time.perf_counter() - t0:.1f} s[/]", highlight=False)
-
     def reported(made, list_findings: bool, ingested=None, store=None) -> None:
         print_summary(made.document, findings=list_findings, ingested=ingested, store=store)
         out.print(f"report: {shown(made.path)} ({made.bytes / 1e6:.1f} MB); open it in any browser, "
@@ -89,6 +78,7 @@ def register(app: typer.Typer) -> None:
         cost_per_call: CallCostOpt = None,
         generated_at: GeneratedOpt = None,
         list_findings: FindingsListOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Write the HTML incident report of a store's last saved scan: one file to share.
 
@@ -102,7 +92,7 @@ def register(app: typer.Typer) -> None:
         from .. import api
 
         _when(generated_at)
-        with step("making the report"), user_errors():
+        with Phases(quiet).step("making the report"), user_errors():
             made = api.write_report(store, out_file, generated_at=_when(generated_at),
                               run_folder=findings_dir, config=config, settings=set_ or [],
                               prices=prices, cost_per_call=cost_per_call)
@@ -132,6 +122,7 @@ def register(app: typer.Typer) -> None:
         spec: SpecOpt = None,
         preset: PresetOpt = None,
         sweep: SweepOpt = None,
+        quiet: QuietOpt = False,
     ) -> None:
         """Ingest PATHs, detect runaway loops, attribute their cost, write the HTML report.
 
@@ -152,13 +143,14 @@ def register(app: typer.Typer) -> None:
         _when(generated_at)
 
         read = []  # what ingest read, printed after the verdict
+        phases = Phases(quiet)
 
         with user_errors():
             done = api.investigate(paths or [], out_file, store=store,
                                    generated_at=_when(generated_at), config=config,
                                    settings=set_ or [], prices=prices,
                                    cost_per_call=cost_per_call, on_ingest=read.append,
-                                   step=lambda text: step(text, spinner=text != "reading the logs"),
+                                   step=phases.step, on_progress=phases.on_progress,
                                    format=fmt, mapping=load_mapping_file(mapping),
                                    spec=spec, presets=preset or [], sweep=sweep)
         if done.scan.saved_in is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import StoreBusy, StoreMissing, UserError
+from ..errors import StoreBusy, UserError, no_store
 from ..store import DEFAULT_STORE, Store
 from ..text import inert, json_inert
 from ..vocabulary import SEVERITIES, Verdict
@@ -35,6 +36,40 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 StoreOpt = Annotated[Path, typer.Option("--store", "-s", help="Store folder.")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress on the terminal (there is none when standard error is "
+                          "not a terminal: cron, a pipe).")]
+
+
+class Phases:
+    """Progress of a long command on a terminal: each phase named with a spinner (reading
+    the logs shows its bytes), then a line with its time; nothing at all when standard error
+    is not a terminal (cron mails what a job prints) or the user asked for `--quiet`."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.on = not quiet and err.is_terminal
+        self._status = None
+        self._name = ""
+
+    @contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        if not self.on:
+            yield
+            return
+        t0 = time.perf_counter()
+        with err.status(f"{text} …") as status:
+            self._status, self._name = status, text
+            try:
+                yield
+            finally:
+                self._status = None
+        err.print(f"[dim]{text}: {time.perf_counter() - t0:.1f} s[/]", highlight=False)
+
+    def on_progress(self, done: int, total: int) -> None:
+        """Ingest's bytes read so far, on the phase's line."""
+        if self._status is not None and total:
+            self._status.update(f"{self._name} … {done / 1e6:,.1f} of {total / 1e6:,.1f} MB "
+                                f"({done / total:.0%})")
 
 
 def shown(text: object) -> str:
@@ -141,8 +176,7 @@ def print_ingest_report(report: IngestReport, store: Path) -> None:
 def open_store(store: Path) -> Store:
     s = Store(store)
     if not s.exists():
-        fail(str(StoreMissing(f"no loophound store at {store}: run `loophound ingest PATH "
-                              f"--store {store}` first")))
+        fail(str(no_store(store)))
     return s
 
 
@@ -187,12 +221,14 @@ def scan_store_cmd(paths: list[str], store: Path, config: Path | None, set_: lis
         if not quiet and show_ingest:
             print_ingest_report(report, store)
 
+    phases = Phases(quiet)
     with user_errors():
         result = api.scan(store, paths, config=config, settings=set_ or [], prices=prices,
                           cost_per_call=cost_per_call, save_to=save_to, wait=wait,
                           on_wait=on_wait, on_ingest=on_ingest, incremental=incremental,
                           alert_on=alert_on, lookback=dt.timedelta(seconds=lookback_s),
-                          format=fmt, mapping=load_mapping_file(mapping), only=only)
+                          format=fmt, mapping=load_mapping_file(mapping), only=only,
+                          step=phases.step, on_progress=phases.on_progress)
     if result is not None and result.saved_in is not None and not quiet:
         err.print(f"findings saved in {shown(result.saved_in)} (the store "
                   f"{shown(store)} is read-only evidence and was not changed); "
@@ -365,19 +401,21 @@ def write_json(doc: dict, json_out: Path | None) -> None:
 def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path | None,
                      webhook: str | None, alert_on: str, wait: bool, config: Path | None,
                      set_: list[str], prices: Path | None, cost_per_call: float | None,
-                     json_out: Path | None = None, lookback_s: float = 3600.0) -> int:
+                     json_out: Path | None = None, lookback_s: float = 3600.0,
+                     quiet: bool = False) -> int:
     """One scheduled scan: new bytes only, alerts only for new or escalated findings.
-    Returns the exit status."""
+    Nothing new prints nothing (cron mails whatever a job prints); `quiet` leaves out the
+    tally line too, so only alerts are printed. Returns the exit status."""
     import json as _json
 
     from ..watch import post_webhook
 
     refuse_evidence(store, paths, {"--json": json_out, "--alerts": alerts})
-    result, report = scan_store_cmd(paths, store, config, set_, prices, cost_per_call, quiet=True,
-                           incremental=True, wait=wait, alert_on=alert_on, lookback_s=lookback_s)
+    result, report = scan_store_cmd(paths, store, config, set_, prices, cost_per_call,
+                                    quiet=quiet, incremental=True, wait=wait,
+                                    alert_on=alert_on, lookback_s=lookback_s, show_ingest=False)
     new = f"{report.events:,} new events" if report else "no inputs named"
-    if result is None:
-        err.print(f"{new}; nothing to scan", highlight=False)
+    if result is None:  # nothing arrived since the last scan: nothing to say
         return 0
     write_json(result.document, json_out)
     def tally(statuses: dict[str, str]) -> str:
@@ -385,8 +423,9 @@ def incremental_scan(paths: list[str], store: Path, fail_on: str, alerts: Path |
                   for k in ("new", "escalated", "growing", "ongoing", "ended")}
         return ", ".join(f"{v} {k}" for k, v in counts.items() if v)
 
-    err.print(f"{new}; incidents: {tally(result.tracked.incidents)}; findings: "
-              f"{tally(result.tracked.statuses)}", highlight=False)
+    if not quiet:
+        err.print(f"{new}; incidents: {tally(result.tracked.incidents)}; findings: "
+                  f"{tally(result.tracked.statuses)}", highlight=False)
     lines = [_json.dumps(a, sort_keys=True) for a in result.tracked.alerts]
     if alerts is not None:
         with alerts.open("a", encoding="utf-8") as fh:

@@ -36,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import queries
-from ..errors import UserError
+from ..errors import UserError, no_store
 from ..outputs import atomic_file, check_output
 from ..store import DEFAULT_STORE, Store
 from ..text import inert, json_inert
@@ -364,8 +364,7 @@ def _check_options(fmt: str, out: Path | None, store: Path) -> None:
 def open_store(store: Path) -> duckdb.DuckDBPyConnection:
     s = Store(store)
     if not s.exists():
-        raise Failure(f"no loophound store at {store}: run `loophound ingest PATH --store "
-                      f"{store}` first (or point --store at a folder of its Parquet files)")
+        raise Failure(str(no_store(store)))
     return queries.readonly_connection(s, costs_when_used=True)
 
 
