@@ -55,3 +55,24 @@ def test_generated_parts_of_the_readme_are_current():
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     assert build.build(README) == README, "run: python docs/build_readme.py"
+
+
+def test_the_quick_start_keeps_its_store_and_its_next_step_queries_it(tmp_path, monkeypatch):
+    """The quick start's `investigate` keeps the evidence (`--store`), and the `sql` shown
+    next runs on it: before, `loophound sql` said "no loophound store" after the quick start."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    start = README[README.index("## Quick start"):README.index("Run the tests:")]
+    commands = [line.split(".venv/bin/loophound ", 1)[1] for line in start.splitlines()
+                if ".venv/bin/loophound " in line]
+    assert len(commands) == 2 and "--store" in commands[0] and commands[1].startswith("sql ")
+    (tmp_path / "sample_logs").symlink_to(ROOT / "sample_logs")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    made = runner.invoke(app, shlex.split(commands[0]))
+    assert made.exit_code == 0, made.output
+    assert (tmp_path / "reports" / "incident.html").exists()
+    asked = runner.invoke(app, shlex.split(commands[1]))
+    assert asked.exit_code == 0 and "repeated_error" in asked.stdout, asked.output

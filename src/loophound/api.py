@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, no_store
+from .errors import ConfigError, NotALog, no_store
 from .ingest import IngestOptions, IngestReport
 from .ingest import ingest as _ingest
 from .outputs import check_output
@@ -120,6 +120,50 @@ def ingest(paths: Iterable[str], store: PathLike | Store = DEFAULT_STORE, *,
     return _ingest(list(paths), _store(store), options, on_progress, on_wait)
 
 
+READS = ("loophound reads agent and daemon logs in the formats `loophound formats` lists "
+         "(JSON lines, OTLP JSON, transcripts and trajectories); a JSON-lines log of another "
+         "shape is read with a --mapping file naming its fields")
+
+
+def refuse_non_logs(report: IngestReport, paths: Sequence[str]) -> None:
+    """Raise `NotALog` (exit 2) when nothing `paths` named is a log loophound reads: no file
+    at all, or every file passed over. A scan of them would be an empty report that says
+    nothing was found, of inputs that were never looked at."""
+    if any(f.status != "skipped" for f in report.files):
+        return
+    named = ", ".join(str(p) for p in paths)
+    if not report.files:
+        raise NotALog(f"no log files in {named}: nothing to read. {READS}")
+    shown = [f"{f.path} ({looks_like(f.path)})" for f in report.files[:5]]
+    more = f" and {len(report.files) - 5:,} more" if len(report.files) > 5 else ""
+    raise NotALog(f"nothing in {named} is a log loophound reads: {'; '.join(shown)}{more}. "
+                  f"{READS}")
+
+
+def looks_like(path: PathLike) -> str:
+    """What a file passed over looks like, from its first 4 KiB (read, never changed)."""
+    try:
+        with Path(path).open("rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if not head.strip():
+        return "empty"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        return "a binary file, not text"
+    lines = text.lstrip().split("\n")
+    if lines[0].startswith(("{", "[")):
+        return "JSON of no shape loophound knows: describe it with --mapping"
+    if len(lines) > 1 and any(lines[0].count(sep) >= 2 and lines[1].count(sep) == lines[0].count(sep)
+                              for sep in ",;\t"):
+        return "a table (CSV or TSV), not a log of events"
+    return "plain text in no format loophound knows"
+
+
 def cost_model(prices: PathLike | None = None, cost_per_call: float | None = None):
     """The price table (shipped, extended by `prices`) and the assumed cost of a call
     without tokens (None: the default; negative: leave such calls unpriced)."""
@@ -182,6 +226,8 @@ def scan(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *,
             with step(READING):
                 report = ingest(paths, s, format=format, mapping=mapping, wait=wait,
                                 on_progress=on_progress, on_wait=on_wait)
+            if not incremental:  # a scheduled scan's folder may hold no log yet
+                refuse_non_logs(report, paths)
             if on_ingest:
                 on_ingest(report)
         s = _existing(s)
@@ -307,11 +353,12 @@ def write_report(store: PathLike | Store = DEFAULT_STORE, out: PathLike = "repor
                "no saved scan" if run is None or not run.full else
                "the saved scan predates batches ingested since")
         source = f"a scan in memory ({why}; nothing written to the store)"
+    out = report_path(out)
     try:
-        size = write(build(opened, generated_at), Path(out))
+        size = write(build(opened, generated_at), out)
     finally:
         opened.con.close()
-    return ReportResult(Path(out), size, opened.document, source)
+    return ReportResult(out, size, opened.document, source)
 
 
 @dataclass
@@ -348,6 +395,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
     cost_model(prices, cost_per_call)
     plan = _guard_plan(spec, presets, sweep) if spec or presets or sweep else None
     step = step or (lambda _text: nullcontext())
+    out = report_path(out)
     ready = _in_background(_prepare_scan_and_report)
     tmp = None
     if store is None:
@@ -359,6 +407,7 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
             with step(READING):
                 ingested = ingest(paths, store, format=format, mapping=mapping,
                                   on_progress=on_progress)
+            refuse_non_logs(ingested, paths)
             if on_ingest:
                 on_ingest(ingested)
         with step(DETECTING):
@@ -372,14 +421,21 @@ def investigate(paths: Sequence[str], out: PathLike = "reports/incident.html", *
                 replayed = _replay(result, plan, saved.number if saved else None)
         with step(REPORTING):
             ready.join()
-            size = write(build(result, generated_at, guards=replayed), Path(out))
+            size = write(build(result, generated_at, guards=replayed), out)
         where = result.saved_in or Store(store).root
-        made = ReportResult(Path(out), size, result.document, f"this scan (saved in {where})")
+        made = ReportResult(out, size, result.document, f"this scan (saved in {where})")
         result.con.close()
         return Investigation(made, ingested, result, replayed)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report_path(out: PathLike) -> Path:
+    """Where a report asked for at `out` goes: an existing folder gets `incident.html`
+    inside it (writing over a folder is never what was meant)."""
+    path = Path(out)
+    return path / "incident.html" if path.is_dir() else path
 
 
 def _prepare_scan_and_report() -> None:
@@ -469,8 +525,8 @@ def guards(store: PathLike | Store = DEFAULT_STORE, paths: Sequence[str] = (), *
         if report is not None:
             from .report import build, write
 
-            size = write(build(opened, generated_at, guards=doc), Path(report))
-            made = ReportResult(Path(report), size, opened.document, source)
+            size = write(build(opened, generated_at, guards=doc), report_path(report))
+            made = ReportResult(report_path(report), size, opened.document, source)
     finally:
         opened.con.close()
     return GuardsResult(doc, source, made)
@@ -506,4 +562,5 @@ def verify(store: PathLike | Store = DEFAULT_STORE) -> list[Verdict]:
 
 
 __all__ = ["Evidence", "GuardsResult", "Investigation", "ReportResult", "Verdict", "cost_model",
-           "guards", "ingest", "investigate", "open", "scan", "verify", "write_report"]
+           "guards", "ingest", "investigate", "looks_like", "open", "refuse_non_logs", "scan",
+           "verify", "write_report"]

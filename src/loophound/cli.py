@@ -118,6 +118,10 @@ def ingest_cmd(
         report = run_ingest(paths, store, fmt, mapping, max_line_bytes, wait=not no_wait,
                             quiet=quiet)
     print_ingest_report(report, store)
+    from .api import refuse_non_logs
+
+    with user_errors():  # the table said what was passed over; then why that is a mistake
+        refuse_non_logs(report, paths)
 
 
 @app.command("formats")

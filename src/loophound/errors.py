@@ -44,6 +44,10 @@ class ReadOnlyViolation(UserError):
     """A statement that could change something: refused before it runs."""
 
 
+class NotALog(UserError):
+    """Inputs none of which is a log loophound reads (an empty folder, a CSV, a picture)."""
+
+
 class StoreError(UserError):
     """Something about a store that stops a command (missing, busy, read-only, full)."""
 

@@ -168,9 +168,10 @@ def print_ingest_report(report: IngestReport, store: Path) -> None:
         if f.status == "skipped":
             err.print(f"[dim]skipped[/] {shown(f.path)}: {shown(f.skipped_reason)}",
                       highlight=False)
+    hint = ('  (see them with: loophound sql "SELECT * FROM quarantine")'
+            if report.quarantined else "")
     out.print(f"{report.events:,} events, {report.quarantined:,} quarantined lines "
-              f"→ store {shown(store)}  (see them with: loophound sql \"SELECT * FROM "
-              "quarantine\")", highlight=False)
+              f"→ store {shown(store)}{hint}", highlight=False)
 
 
 def open_store(store: Path) -> Store:
