@@ -28,10 +28,11 @@ dicts, with what attribution knows of the events they claim), incidents out.
    or more different detectors found the loop.
 5. Id. Derived from the primary finding's id, which is stable across scans (detector,
    participants, where it began): an incident keeps its id while its loop grows.
-6. One place, one time, one incident. Incidents whose primaries share a session (an
+6. One place, one time, one incident. Incidents with members that share a session (an
    episode, a room, a conversation) in a file in common, over spans that overlap, are one
-   incident whatever their actors: a repair loop and the runner's repeated error over the same steps
-   of one episode are one story. The one whose primary comes first in attribution's order
+   incident whatever their actors: a repair loop and the runner's repeated error over the
+   same steps of one episode are one story; so are two bursts of one actor inside the window
+   where it behaved unlike the rest. The one whose primary comes first in attribution's order
    keeps its primary; the other's findings become its signals.
 7. Words. An incident says what looped without numbers (`phrase`, from its primary
    finding's participants and details, never its title), then its own numbers: the events
@@ -303,9 +304,9 @@ def _overlap(a0, a1, b0, b1) -> bool:
 
 
 def _same_place(drafts: list[tuple[Run, list[Run]]]) -> list[tuple[Run, list[Run]]]:
-    """Rule 6: drafts (in attribution's order) whose primary runs share a session in a file
-    in common over overlapping spans, joined (transitively) into the first of them. Signals
-    do not join incidents here either: a spike over two copies of a log stays with one."""
+    """Rule 6: drafts (in attribution's order) with runs that share a session in a file in
+    common over overlapping spans, joined (transitively) into the first of them: no two
+    incidents hold one session of one log at one time, whichever members hold it."""
     parent = list(range(len(drafts)))
 
     def root(k: int) -> int:
@@ -314,10 +315,11 @@ def _same_place(drafts: list[tuple[Run, list[Run]]]) -> list[tuple[Run, list[Run
             k = parent[k]
         return k
 
-    spots: dict[str, list[tuple[int, Run]]] = {}  # session → (draft, primary run) naming it
-    for k, (primary, _signals) in enumerate(drafts):
-        for session in _sessions(primary):
-            spots.setdefault(session, []).append((k, primary))
+    spots: dict[str, list[tuple[int, Run]]] = {}  # session → (draft, run) naming it
+    for k, (primary, signals) in enumerate(drafts):
+        for run in (primary, *signals):
+            for session in _sessions(run):
+                spots.setdefault(session, []).append((k, run))
     for spot in spots.values():
         for x, (k, a) in enumerate(spot):
             for m, b in spot[x + 1:]:
