@@ -336,7 +336,7 @@ def assert_inert(text: str) -> None:
 def test_scan_shows_hostile_names_inert(hostile, tmp_path):
     result = run("scan", hostile, "--store", tmp_path / "st", "--fail-on", "never")
     assert result.exit_code == 0, result.output
-    assert "Trigger cycle" in result.stdout
+    assert "triggering each other in a cycle" in result.stdout  # the incident's title
     assert_inert(result.stdout)
 
 
