@@ -32,6 +32,9 @@ from .errors import StoreBusy, StoreError, StoreReadOnly, no_store
 from .schema import COLUMNS, QUARANTINE_COLUMNS, Column, create_table_sql
 
 DEFAULT_STORE = ".loophound"
+# a store's own working folder: the Spark engine's tasks stage their stores there, removed
+# after the run; the one place inside a store where a store may be made
+STAGING = "spark-staging"
 CATALOG = "catalog.duckdb"
 
 CATALOG_SCHEMA = """
@@ -180,8 +183,9 @@ class Store:
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"--store {self.root} is a file, not a store folder; name a folder "
                              "(new or a store), e.g. --store .loophound")
-        for parent in self.root.resolve().parents:
-            if Store(parent).exists():
+        here = self.root.resolve()
+        for parent in here.parents:
+            if Store(parent).exists() and here.relative_to(parent).parts[0] != STAGING:
                 raise StoreError(f"--store {self.root} is inside the store {parent}: a store's "
                                  "folders are evidence and never written into; choose a folder "
                                  "outside it")

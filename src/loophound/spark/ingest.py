@@ -44,10 +44,10 @@ from ..ingest import (
     ingest_files,
 )
 from ..lines import read_head
-from ..store import CATALOG, Store
+from ..store import CATALOG, STAGING, Store
 from . import parallelism
 
-STAGING = "spark-staging"  # under the store: the tasks' staging stores, removed after the run
+# under the store: the tasks' staging stores, removed after the run (the store knows the name)
 
 
 @dataclass(frozen=True)
