@@ -122,6 +122,14 @@ def _close(data: bytes, found: list[Member], key: str | None, value_at: int | No
         found.append(Member(key, value_at, stop))
 
 
+def element_ranges(data: bytes, start: int) -> list[tuple[int, int]]:
+    """The (offset, length) of each element of the list opening at `data[start]`: a
+    document's records, at their own bytes. An element the data ends inside runs to the end
+    of the data (it is then quarantined as invalid JSON)."""
+    elements, _ = members(data, start)
+    return [(m.start, (m.end if m.end is not None else len(data)) - m.start) for m in elements]
+
+
 def value(data: bytes, member: Member, limit: int = 1 << 20):
     """The member's value parsed (None when it has no end, is over `limit` bytes or is not
     valid JSON): for the small facts of a document (its id, its model), not its steps."""

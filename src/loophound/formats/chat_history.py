@@ -46,7 +46,7 @@ from pathlib import Path
 
 import duckdb
 
-from ._document import Member, keys, members, top, trailing
+from ._document import Member, element_ranges, keys, members, top, trailing
 from .base import Format, FormatContext, FormatProfile, sql_str
 from .trajectory import CLOCK, RESULT_BYTES, _stem, sim_ts
 
@@ -92,8 +92,7 @@ def records(data: bytes) -> list[tuple[int, int]] | None:
     lay = layout(data)
     if lay is None:
         return None
-    turns, _ = members(data, lay.turns.start)
-    return [(m.start, (m.end if m.end is not None else len(data)) - m.start) for m in turns]
+    return element_ranges(data, lay.turns.start)
 
 
 # a turn that reports an action and what it led to (its first line)

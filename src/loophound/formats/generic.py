@@ -595,7 +595,7 @@ def records_at(path: str, data: bytes) -> list[tuple[int, int]] | None:
     """(offset, length) of each element of the list at dotted `path` of a whole-file JSON
     document (`""`: the document is the list), found by a streaming scan of its bytes, never
     by re-serialising (evidence quotes the file's own bytes); None when there is no list."""
-    from ._document import members, top
+    from ._document import element_ranges, members, top
 
     at = top(data)
     for key in [k for k in path.split(".") if k] if path else []:
@@ -605,8 +605,7 @@ def records_at(path: str, data: bytes) -> list[tuple[int, int]] | None:
         at = next((m.start for m in found if m.key == key), None)
     if at is None or data[at:at + 1] != b"[":
         return None
-    items, _ = members(data, at)
-    return [(m.start, (m.end if m.end is not None else len(data)) - m.start) for m in items]
+    return element_ranges(data, at)
 
 
 def document_format(mapping: dict) -> Format | None:

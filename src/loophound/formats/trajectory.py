@@ -90,7 +90,7 @@ import duckdb
 from ..lines import open_binary
 from ..schema import SIM_EPOCH
 from ._agents import ERROR_CHARS, RESULT_BYTES, pair_tool_results
-from ._document import Member, keys, members, top, trailing, value
+from ._document import Member, element_ranges, keys, members, top, trailing, value
 from .base import Format, FormatContext, FormatProfile, epoch_to_ts, iso_to_ts, sql_str
 
 SWE_AGENT, MINI, OPENHANDS, AUTOGEN, CHAT = "swe-agent", "mini-swe-agent", "openhands", "autogen", "chat"
@@ -189,8 +189,7 @@ def records(data: bytes) -> list[tuple[int, int]] | None:
     start = top(data) if lay.steps is None else lay.steps.start
     if lay.steps is not None and lay.steps.opens(data) != b"[":
         return None
-    steps, _ = members(data, start)
-    return [(m.start, (m.end if m.end is not None else len(data)) - m.start) for m in steps]
+    return element_ranges(data, start)
 
 
 # -- what the document says of itself -------------------------------------------------------
