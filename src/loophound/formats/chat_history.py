@@ -48,7 +48,7 @@ import duckdb
 
 from ._document import Member, element_ranges, keys, members, top, trailing
 from .base import Format, FormatContext, FormatProfile, sql_str
-from .trajectory import CLOCK, RESULT_BYTES, _stem, sim_ts
+from .trajectory import CLOCK, RESULT_BYTES, _first, _stem, sim_ts
 
 # the keys under which a document holds its turns, in the order they are looked for
 TURN_LISTS = ("history", "messages", "chat_history")
@@ -73,8 +73,9 @@ def layout(data: bytes) -> Layout | None:
         lst = by_key.get(name)
         if lst is None or lst.opens(data) != b"[":
             continue
-        turns, _ = members(data, lst.start)
-        if turns and turns[0].opens(data) == b"{" and {"content", "role"} <= set(keys(data, turns[0])):
+        first = _first(data, lst)  # the first turn only: records() reads the list once, after
+        if first is not None and first.opens(data) == b"{" and {"content", "role"} <= set(
+                keys(data, first)):
             return Layout(lst)
     return None
 
